@@ -1,0 +1,28 @@
+# Finds attend's dependencies. Each one that is missing stops configure with the name of the
+# Debian 12 package that provides it, so a user knows exactly what to install.
+
+macro(attend_require pkg debian_pkg)
+  find_package(${pkg} ${ARGN} QUIET)
+  if(NOT ${pkg}_FOUND)
+    message(FATAL_ERROR
+      "attend: dependency '${pkg}' not found. On Debian 12 install it with:\n"
+      "    sudo apt-get install ${debian_pkg}\n"
+      "(or run tools/bootstrap.sh, which installs everything attend needs).")
+  endif()
+endmacro()
+
+attend_require(OpenMP "g++ (GCC's libgomp)" COMPONENTS CXX)
+# Debian's oneDNN is built with an OpenCL GPU runtime, so its package config needs OpenCL too.
+find_package(OpenCL QUIET)
+if(NOT OpenCL_FOUND)
+  message(FATAL_ERROR "attend: OpenCL (needed by Debian's oneDNN package) not found. Install it with:\n"
+                      "    sudo apt-get install ocl-icd-opencl-dev")
+endif()
+attend_require(dnnl libdnnl-dev CONFIG)
+attend_require(xsimd libxsimd-dev CONFIG)
+if(ATTEND_BUILD_TESTS)
+  attend_require(GTest libgtest-dev)
+endif()
+if(ATTEND_BUILD_BENCH)
+  attend_require(benchmark libbenchmark-dev CONFIG)
+endif()

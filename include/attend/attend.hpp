@@ -1,0 +1,8 @@
+// attend — fused, tiled transformer attention for CPUs. The umbrella header.
+#pragma once
+
+#include <attend/error.hpp>
+#include <attend/isa.hpp>
+#include <attend/sdpa.hpp>
+#include <attend/tensor_view.hpp>
+#include <attend/version.hpp>

@@ -1,0 +1,28 @@
+// attend::Error — the one exception type the library throws for invalid arguments and
+// unsupported requests. Every entry point validates before it writes anything, so when an
+// Error is thrown the caller's output buffers are exactly as they were.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace attend {
+
+/// Why a call was rejected.
+enum class ErrorCode {
+  invalid_argument,  ///< a shape, stride, pointer or option is inconsistent or out of range
+  unsupported,       ///< the request is valid but this build or CPU cannot serve it (e.g. a forced ISA)
+};
+
+/// Thrown by every attend entry point on invalid input. `what()` names the argument and the
+/// shapes involved, e.g. "sdpa: k shape [1,8,64,32] does not match q head dim 64".
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  ErrorCode code() const noexcept { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+}  // namespace attend

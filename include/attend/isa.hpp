@@ -1,0 +1,37 @@
+// Which vector instruction set attend's kernels run on, and how to choose it.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace attend {
+
+/// Kernel instruction-set paths. `automatic` means "the best one this CPU and OS support,
+/// capped by the ATTEND_ISA environment variable".
+enum class Isa {
+  automatic,
+  generic,  ///< baseline vectors of the build target (SSE2 on x86-64, NEON on aarch64)
+  avx2,     ///< AVX2 + FMA (x86-64)
+  avx512,   ///< AVX-512 F/CD/DQ/BW (x86-64)
+};
+
+/// "generic", "avx2", "avx512" or "automatic".
+const char* isa_name(Isa isa);
+
+/// The ISA paths compiled into this build (independent of the CPU).
+std::vector<Isa> compiled_isas();
+
+/// The compiled ISA paths this CPU *and* operating system can run (XCR0 is checked, so a kernel
+/// that disabled AVX-512 state is honoured).
+std::vector<Isa> supported_isas();
+
+/// The path `Isa::automatic` resolves to: the best supported path, capped by the environment
+/// variable ATTEND_ISA=generic|avx2|avx512 (read once, at the first call). A cap above what the
+/// CPU supports selects the best supported path below it. An unrecognised value throws
+/// attend::Error from this function and from every call that uses `Isa::automatic`.
+Isa active_isa();
+
+/// A human-readable name of the CPU (from CPUID's brand string, or /proc/cpuinfo).
+std::string cpu_model();
+
+}  // namespace attend

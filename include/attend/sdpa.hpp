@@ -1,0 +1,63 @@
+// attend::scaled_dot_product_attention — fused softmax(Q·Kᵀ·scale + mask)·V on f32 tensors.
+#pragma once
+
+#include <attend/isa.hpp>
+#include <attend/tensor_view.hpp>
+#include <cstdint>
+#include <span>
+
+namespace attend {
+
+/// Options of scaled_dot_product_attention. The defaults give plain, unmasked attention with
+/// scale 1/√D on OpenMP's default number of threads.
+struct SdpaOptions {
+  /// Multiplies Q·Kᵀ. 0 (the default) means 1/√D. Must be finite.
+  float scale = 0.0f;
+
+  /// Causal mask, aligned bottom-right: query i may see key j iff j ≤ i + (Nk − Nq). With Nq < Nk
+  /// this is what decode (Nq = 1) and chunked prefill need: the queries are the last Nq positions.
+  bool causal = false;
+
+  /// Sliding window W > 0: query i additionally sees only keys j > i + (Nk − Nq) − W, i.e. the W
+  /// most recent positions up to its own (with `causal`, exactly W keys at most). 0 = no window.
+  /// Negative values are rejected.
+  int64_t window = 0;
+
+  /// Per-batch valid key counts (padding in a batch of unequal lengths): keys j ≥ kv_lens[b] are
+  /// masked for batch b. Empty (the default) means all Nk keys are valid. Size must be B and every
+  /// value within [0, Nk]. The span must stay valid for the duration of the call.
+  std::span<const int64_t> kv_lens{};
+
+  /// Optional additive bias broadcastable to [B, Hq, Nq, Nk]: each dimension is either 1 or the
+  /// full size. Added to the scaled scores before the softmax; -inf entries mask a key. A view
+  /// whose data() is null means "no bias" (the default).
+  TensorView bias{};
+
+  /// Maximum number of threads the call uses. 0 = OpenMP's default (omp_get_max_threads()).
+  /// A server calling from several threads of its own should set this to avoid oversubscription.
+  /// Results do not depend on it: they are bitwise identical for every thread count.
+  int num_threads = 0;
+
+  /// Kernel path. `automatic` (default) uses active_isa(); naming a path forces it and throws
+  /// attend::Error (ErrorCode::unsupported) if this build or CPU cannot run it.
+  Isa isa = Isa::automatic;
+};
+
+/// Computes O = softmax(Q·Kᵀ·scale + bias + mask)·V for every batch b and query head h.
+///
+/// Shapes (element strides are free, but the last dimension must be contiguous, stride 1):
+///   q [B, Hq, Nq, D], k [B, Hkv, Nk, D], v [B, Hkv, Nk, Dv], o [B, Hq, Nq, Dv].
+/// Hq must be a multiple of Hkv (GQA/MQA): query head h reads kv head h / (Hq / Hkv).
+/// A query row whose keys are all masked produces zeros, never NaN.
+///
+/// Extra memory is O(threads × tile) plus, for decode-shaped calls (few query rows per kv head,
+/// where the key length is split across threads), O(B·Hq·Nq·Dv·splits) with at most 16 splits.
+///
+/// Throws attend::Error, before writing anything, when shapes or strides disagree, Hq % Hkv ≠ 0,
+/// a pointer is null, D or Dv is 0, kv_lens has the wrong size or a value outside [0, Nk], the
+/// window is negative, the bias does not broadcast, the output is read-only or overlaps an input
+/// or itself, or a forced ISA is unavailable.
+void scaled_dot_product_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                                  const SdpaOptions& options = {});
+
+}  // namespace attend

@@ -1,0 +1,79 @@
+#include "cpu_features.hpp"
+
+#include <fstream>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace attend::dispatch {
+namespace {
+
+#if defined(__x86_64__) || defined(__i386__)
+// XCR0 says which register state the OS saves on a context switch. xsimd 8.1 only looks at CPUID,
+// which reports what the silicon can do even when the kernel disabled AVX-512 (or AVX) state —
+// running those kernels then corrupts registers or faults. Read with the raw opcode so this file
+// needs no -mxsave flag.
+unsigned long long read_xcr0() {
+  unsigned eax = 0, edx = 0;
+  __asm__ volatile(".byte 0x0f, 0x01, 0xd0" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (static_cast<unsigned long long>(edx) << 32) | eax;
+}
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+  unsigned long long xcr0 = osxsave ? read_xcr0() : 0;
+  const bool os_ymm = (xcr0 & 0x6) == 0x6;    // SSE + AVX state
+  const bool os_zmm = (xcr0 & 0xe6) == 0xe6;  // + opmask, ZMM_Hi256, Hi16_ZMM
+  unsigned a7 = 0, b7 = 0, c7 = 0, d7 = 0;
+  if (__get_cpuid_count(7, 0, &a7, &b7, &c7, &d7)) {
+    const bool avx2 = (b7 >> 5) & 1;
+    const bool avx512f = (b7 >> 16) & 1, avx512dq = (b7 >> 17) & 1, avx512cd = (b7 >> 28) & 1,
+               avx512bw = (b7 >> 30) & 1;
+    f.avx2_fma = avx && avx2 && fma && os_ymm;
+    f.avx512 = f.avx2_fma && avx512f && avx512dq && avx512cd && avx512bw && os_zmm;
+  }
+  unsigned brand[12] = {};
+  if (__get_cpuid(0x80000000, &a, &b, &c, &d) && a >= 0x80000004) {
+    for (unsigned i = 0; i < 3; ++i)
+      __get_cpuid(0x80000002 + i, &brand[4 * i], &brand[4 * i + 1], &brand[4 * i + 2], &brand[4 * i + 3]);
+    f.model = reinterpret_cast<const char*>(brand);
+    while (!f.model.empty() && (f.model.back() == ' ' || f.model.back() == '\0')) f.model.pop_back();
+    const auto first = f.model.find_first_not_of(' ');
+    f.model = first == std::string::npos ? std::string() : f.model.substr(first);
+  }
+  return f;
+}
+#else
+CpuFeatures detect() { return {}; }
+#endif
+
+std::string model_from_proc() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    for (const char* key : {"model name", "Model", "CPU part"}) {
+      if (line.rfind(key, 0) == 0) {
+        const auto colon = line.find(':');
+        if (colon != std::string::npos) return line.substr(line.find_first_not_of(" \t", colon + 1));
+      }
+    }
+  }
+  return "unknown CPU";
+}
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = [] {
+    CpuFeatures f = detect();
+    if (f.model.empty()) f.model = model_from_proc();
+    return f;
+  }();
+  return features;
+}
+
+}  // namespace attend::dispatch

@@ -1,0 +1,17 @@
+// What the CPU and the operating system let attend's kernels use. Detected once.
+#pragma once
+
+#include <string>
+
+namespace attend::dispatch {
+
+struct CpuFeatures {
+  bool avx2_fma = false;  // AVX2 + FMA instructions and OS-enabled YMM state
+  bool avx512 = false;    // AVX-512 F/CD/DQ/BW instructions and OS-enabled opmask/ZMM state
+  std::string model;      // brand string
+};
+
+/// Detects once (thread-safe) and returns the cached result.
+const CpuFeatures& cpu_features();
+
+}  // namespace attend::dispatch

@@ -1,0 +1,116 @@
+#include "registry.hpp"
+
+#include <attend/error.hpp>
+#include <cstdlib>
+#include <string>
+
+#include "cpu_features.hpp"
+
+namespace attend::dispatch {
+namespace {
+
+const kernels::KernelTable* compiled_table(Isa isa) {
+  switch (isa) {
+    case Isa::avx512: return kernels::kernel_table_avx512();
+    case Isa::avx2: return kernels::kernel_table_avx2();
+    case Isa::generic: return kernels::kernel_table_generic();
+    case Isa::automatic: break;
+  }
+  return nullptr;
+}
+
+bool cpu_supports(Isa isa) {
+  const CpuFeatures& f = cpu_features();
+  switch (isa) {
+    case Isa::avx512: return f.avx512;
+    case Isa::avx2: return f.avx2_fma;
+    case Isa::generic: return true;
+    case Isa::automatic: break;
+  }
+  return false;
+}
+
+bool available(Isa isa) { return compiled_table(isa) != nullptr && cpu_supports(isa); }
+
+// The environment cap, parsed once. An unknown value is remembered as an error message so that
+// every call reports it (a typo must not silently select a different path).
+struct EnvCap {
+  Isa cap = Isa::avx512;
+  std::string error;
+};
+
+const EnvCap& env_cap() {
+  static const EnvCap cap = [] {
+    EnvCap c;
+    const char* env = std::getenv("ATTEND_ISA");
+    if (!env || !*env) return c;
+    const std::string v = env;
+    if (v == "avx512")
+      c.cap = Isa::avx512;
+    else if (v == "avx2")
+      c.cap = Isa::avx2;
+    else if (v == "generic")
+      c.cap = Isa::generic;
+    else
+      c.error = "ATTEND_ISA='" + v + "' is not one of generic, avx2, avx512";
+    return c;
+  }();
+  return cap;
+}
+
+}  // namespace
+
+Isa resolve(Isa requested) {
+  if (requested != Isa::automatic) {
+    if (!compiled_table(requested))
+      throw Error(ErrorCode::unsupported,
+                  std::string("isa ") + isa_name(requested) + " is not compiled into this build");
+    if (!cpu_supports(requested))
+      throw Error(ErrorCode::unsupported, std::string("isa ") + isa_name(requested) +
+                                              " is not supported by this CPU/OS (" + cpu_features().model + ")");
+    return requested;
+  }
+  const EnvCap& cap = env_cap();
+  if (!cap.error.empty()) throw Error(ErrorCode::invalid_argument, cap.error);
+  for (Isa isa : {Isa::avx512, Isa::avx2, Isa::generic}) {
+    if (static_cast<int>(isa) > static_cast<int>(cap.cap)) continue;
+    if (available(isa)) return isa;
+  }
+  return Isa::generic;
+}
+
+const kernels::KernelTable& kernel_table_for(Isa requested) { return *compiled_table(resolve(requested)); }
+
+}  // namespace attend::dispatch
+
+namespace attend {
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::automatic: return "automatic";
+    case Isa::generic: return "generic";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+std::vector<Isa> compiled_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512})
+    if (dispatch::compiled_table(isa)) out.push_back(isa);
+  return out;
+}
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512})
+    if (dispatch::available(isa)) out.push_back(isa);
+  return out;
+}
+
+Isa active_isa() { return dispatch::resolve(Isa::automatic); }
+
+std::string cpu_model() { return dispatch::cpu_features().model; }
+
+}  // namespace attend

@@ -1,0 +1,7 @@
+// On targets without x86 ISA paths the x86 tables are absent; the registry sees null.
+#include "../kernel_table.hpp"
+
+namespace attend::kernels {
+const KernelTable* kernel_table_avx512() { return nullptr; }
+const KernelTable* kernel_table_avx2() { return nullptr; }
+}  // namespace attend::kernels

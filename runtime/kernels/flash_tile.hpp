@@ -1,0 +1,549 @@
+// The fused attention kernels, written once and templated on the xsimd architecture.
+//
+// Included only by runtime/kernels/arch/*.cpp, each compiled with its own ISA flags. Everything
+// here lives in an anonymous namespace or is a template on Arch, so every ISA translation unit owns
+// its copy: a non-template inline function compiled with -mavx512f could otherwise be picked by the
+// linker for the whole program and crash an AVX2-only machine (see GUIDE.md).
+//
+// Algorithm (flash attention, base-2 online softmax): Q is scaled once by scale·log2(e); for each
+// tile of keys the scores S are computed, masked, their running row max m and sum l updated, and
+// the output accumulator rescaled by 2^(m_old − m_new) while it is reloaded for S·V. The n×n score
+// matrix never exists; scratch is O(tile).
+//
+// Two score layouts:
+//  * wide (prefill): Sᵀ = K·Qᵀ, keys × query rows. Q is transposed into a [D × rows] panel once per
+//    row block, K is read in place (its elements are broadcast), so nothing per key tile is packed.
+//    The softmax then runs down columns, vectorised across query rows.
+//  * narrow (decode, a handful of rows): S = Q·Kᵀ as dot products along D with haddp reductions, so
+//    one query row does not pay for a full vector of padded rows. D must be a multiple of the
+//    vector width.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <utility>
+#include <xsimd/xsimd.hpp>
+
+#include "kernel_table.hpp"
+
+namespace attend::kernels {
+namespace {
+
+template <class Arch>
+using vfloat = xsimd::batch<float, Arch>;
+template <class Arch>
+using vint = xsimd::batch<int32_t, Arch>;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+inline int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Tile geometry per architecture. Register budgets: AVX-512 has 32 vector registers, so the
+// microkernels keep up to 24 accumulators; AVX2 and SSE/NEON-class targets keep 12.
+template <class Arch>
+struct Tiles {
+  static constexpr int W = vfloat<Arch>::size;
+  static constexpr bool kWideRegs = (W == 16);
+  static constexpr int kMaxRowVectors = 4;               // Sᵀ tile: ≤ 4 vectors of query rows
+  static constexpr int kBlockRows = kMaxRowVectors * W;  // query rows per wide block
+  static constexpr int kBlockKeys = 64;                  // keys per wide tile
+  static constexpr int kScoreKeys = kWideRegs ? 4 : 3;   // keys per score microkernel call
+  static constexpr int kAccRegs = kWideRegs ? 24 : 12;   // accumulator budget of the P·V microkernel
+  static constexpr int kPvRows = kWideRegs ? 6 : 3;      // rows per P·V microkernel call
+  static constexpr int kNarrowMaxRows = W / 2 > 1 ? W / 2 : 1;
+  static constexpr int kNarrowBlockKeys = 256;
+  static_assert(kNarrowMaxRows <= 16, "narrow path keeps per-row ranges in arrays of 16");
+};
+
+// 2^x for x ≤ 0 (NaN propagates): degree-5 polynomial on the fraction after rounding, relative
+// error ≤ 1.1e-7 on [-0.5, 0.5]; the exponent is built with integer arithmetic. Inputs below −127
+// (including −inf from masks) give exactly 0, which is what a masked score must contribute.
+template <class Arch>
+inline vfloat<Arch> exp2_nonpositive(vfloat<Arch> x) {
+  using B = vfloat<Arch>;
+  using I = vint<Arch>;
+  x = xsimd::max(B(-127.0f), x);  // operand order: x86 max returns the 2nd operand on NaN
+  const B n = xsimd::nearbyint(x);
+  const B f = x - n;
+  B p = B(1.321867225e-03f);
+  p = xsimd::fma(p, f, B(9.671698324e-03f));
+  p = xsimd::fma(p, f, B(5.550893024e-02f));
+  p = xsimd::fma(p, f, B(2.402223796e-01f));
+  p = xsimd::fma(p, f, B(6.931468844e-01f));
+  p = xsimd::fma(p, f, B(1.0f));
+  const I e = (xsimd::to_int(n) + I(127)) << 23;
+  return p * xsimd::bitwise_cast<B>(e);
+}
+
+// Lane k of the result is the sum of acc[k]'s lanes. xsimd 8.1's AVX-512 haddp returns its sums
+// in the lane order 0,1,4,5,2,3,6,7,8,9,12,13,10,11,14,15; that order is an involution, so
+// swapping the inputs the same way puts every sum in its own lane (register renames, free). The
+// narrow-path tests fail if a later xsimd changes this.
+template <class Arch>
+inline vfloat<Arch> transpose_sum(vfloat<Arch>* acc) {
+  if constexpr (vfloat<Arch>::size == 16) {
+    std::swap(acc[2], acc[4]);
+    std::swap(acc[3], acc[5]);
+    std::swap(acc[10], acc[12]);
+    std::swap(acc[11], acc[13]);
+  }
+  return xsimd::haddp(acc);
+}
+
+template <class Arch>
+inline float horizontal_max(vfloat<Arch> v) {
+  alignas(64) float lanes[vfloat<Arch>::size];
+  v.store_aligned(lanes);
+  float m = lanes[0];
+  for (int i = 1; i < vfloat<Arch>::size; ++i) m = lanes[i] > m ? lanes[i] : m;
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Microkernels. Each keeps an R × NV block of accumulators in registers.
+
+// Sᵀ[R keys][NV·W rows] = K[R keys]·Qᵀ panel. `krow[r]` points at key r's D values (read in place,
+// broadcast one element at a time); the panel holds Q transposed, `ldq` floats per d.
+struct ScoreArgs {
+  const float* const* krow;
+  const float* qt;
+  int64_t ldq;
+  int64_t depth;
+  float* out;  // Sᵀ rows, `ldo` floats apart
+  int64_t ldo;
+};
+
+template <class Arch, int R, int NV>
+void score_tile(const ScoreArgs& a) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  B acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NV; ++n) acc[r][n] = B(0.0f);
+  const float* kr[R];
+  for (int r = 0; r < R; ++r) kr[r] = a.krow[r];
+  const float* qt = a.qt;
+  for (int64_t d = 0; d < a.depth; ++d, qt += a.ldq) {
+    B q[NV];
+    for (int n = 0; n < NV; ++n) q[n] = B::load_aligned(qt + n * W);
+    for (int r = 0; r < R; ++r) {
+      const B kb(kr[r][d]);
+      for (int n = 0; n < NV; ++n) acc[r][n] = xsimd::fma(kb, q[n], acc[r][n]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NV; ++n) acc[r][n].store_aligned(a.out + r * a.ldo + n * W);
+}
+
+// O[R rows][NV·W] = alpha[r]·O + Σ_j P[r][j]·V[j]. P is addressed with two strides so the same
+// kernel reads the wide path's Sᵀ (row stride 1) and the narrow path's S (key stride 1). The
+// rescale by alpha is folded into the reload of O, so the online softmax costs no extra pass.
+struct PvArgs {
+  float* o;
+  int64_t ldo;
+  const float* alpha;
+  const float* p;
+  int64_t p_row_stride, p_key_stride;
+  const float* v;
+  int64_t ldv;
+  int64_t keys;
+};
+
+template <class Arch, int R, int NV>
+void pv_tile(const PvArgs& a) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  B acc[R][NV];
+  for (int r = 0; r < R; ++r) {
+    const B al(a.alpha[r]);
+    for (int n = 0; n < NV; ++n) acc[r][n] = B::load_aligned(a.o + r * a.ldo + n * W) * al;
+  }
+  const float* v = a.v;
+  const float* p = a.p;
+  for (int64_t j = 0; j < a.keys; ++j, v += a.ldv, p += a.p_key_stride) {
+    B vv[NV];
+    for (int n = 0; n < NV; ++n) vv[n] = B::load_unaligned(v + n * W);
+    for (int r = 0; r < R; ++r) {
+      const B pb(p[r * a.p_row_stride]);
+      for (int n = 0; n < NV; ++n) acc[r][n] = xsimd::fma(pb, vv[n], acc[r][n]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NV; ++n) acc[r][n].store_aligned(a.o + r * a.ldo + n * W);
+}
+
+// Function-pointer tables so a runtime (rows, vectors) remainder picks the right specialisation.
+constexpr int kMaxScoreR = 6, kMaxScoreNV = 4;
+constexpr int kMaxPvR = 6, kMaxPvNV = 8;
+
+template <class Arch, int... I>
+constexpr auto make_score_table(std::integer_sequence<int, I...>) {
+  return std::array<void (*)(const ScoreArgs&), sizeof...(I)>{
+      &score_tile<Arch, I / kMaxScoreNV + 1, I % kMaxScoreNV + 1>...};
+}
+template <class Arch, int... I>
+constexpr auto make_pv_table(std::integer_sequence<int, I...>) {
+  return std::array<void (*)(const PvArgs&), sizeof...(I)>{&pv_tile<Arch, I / kMaxPvNV + 1, I % kMaxPvNV + 1>...};
+}
+
+template <class Arch>
+inline void score_dispatch(int r, int nv, const ScoreArgs& a) {
+  static constexpr auto table = make_score_table<Arch>(std::make_integer_sequence<int, kMaxScoreR * kMaxScoreNV>{});
+  table[(r - 1) * kMaxScoreNV + (nv - 1)](a);
+}
+
+template <class Arch>
+inline void pv_dispatch(int r, int nv, const PvArgs& a) {
+  static constexpr auto table = make_pv_table<Arch>(std::make_integer_sequence<int, kMaxPvR * kMaxPvNV>{});
+  table[(r - 1) * kMaxPvNV + (nv - 1)](a);
+}
+
+// O[rows][Dvp] = alpha·O + P·V over one key tile, split into register blocks.
+template <class Arch>
+void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int64_t p_row_stride, int64_t p_key_stride,
+              const float* v, int64_t ldv, int64_t rows, int64_t value_vectors, int64_t keys) {
+  using T = Tiles<Arch>;
+  constexpr int W = T::W;
+  for (int64_t r0 = 0; r0 < rows; r0 += T::kPvRows) {
+    const int R = static_cast<int>(min64(T::kPvRows, rows - r0));
+    const int nv_max = static_cast<int>(min64(kMaxPvNV, T::kAccRegs / R));
+    for (int64_t c = 0; c < value_vectors; c += nv_max) {
+      const int nv = static_cast<int>(min64(nv_max, value_vectors - c));
+      PvArgs a{oacc + r0 * ldo + c * W,
+               ldo,
+               alpha + r0,
+               p + r0 * p_row_stride,
+               p_row_stride,
+               p_key_stride,
+               v + c * W,
+               ldv,
+               keys};
+      pv_dispatch<Arch>(R, nv, a);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Per-block bookkeeping shared by both paths.
+
+struct RowMap {
+  const FlashWork* w;
+  int64_t position(int64_t r) const { return (w->row_begin + r) / w->group; }
+  int64_t head(int64_t r) const { return (w->row_begin + r) % w->group; }
+  const float* q(int64_t r) const { return w->q + head(r) * w->q_head_stride + position(r) * w->q_row_stride; }
+  float* o(int64_t r) const { return w->o + head(r) * w->o_head_stride + position(r) * w->o_row_stride; }
+  const float* bias(int64_t r) const {
+    return w->bias + head(r) * w->bias_head_stride + position(r) * w->bias_row_stride;
+  }
+  // Visible keys [lo, hi) of query position i (see FlashWork).
+  int64_t hi(int64_t r) const {
+    const int64_t off = w->num_keys - w->num_queries;
+    return w->causal ? min64(w->valid_keys, position(r) + off + 1) : w->valid_keys;
+  }
+  int64_t lo(int64_t r) const {
+    const int64_t off = w->num_keys - w->num_queries;
+    return w->window > 0 ? max64(0, position(r) + off - w->window + 1) : 0;
+  }
+};
+
+// Writes the block's result: normalised output, or the unnormalised partial state for split-K.
+template <class Arch>
+void write_rows(const FlashWork& w, const RowMap& rows, const float* oacc, int64_t ldo, const float* m,
+                const float* l) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  const int64_t dv = w.value_dim;
+  for (int64_t r = 0; r < w.row_count; ++r) {
+    const float* src = oacc + r * ldo;
+    if (w.partial_acc) {
+      w.partial_ml[2 * r] = m[r];
+      w.partial_ml[2 * r + 1] = l[r];
+      std::memcpy(w.partial_acc + r * dv, src, sizeof(float) * dv);
+      continue;
+    }
+    // A row with no visible key has l == 0: it outputs zeros (documented), never 0/0.
+    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    float* dst = rows.o(r);
+    int64_t d = 0;
+    for (; d + W <= dv; d += W) (B::load_aligned(src + d) * B(inv)).store_unaligned(dst + d);
+    for (; d < dv; ++d) dst[d] = src[d] * inv;
+  }
+}
+
+// Copies a tile of V rows into a zero-padded panel when Dv is not a multiple of the vector width,
+// so the P·V microkernel never reads past the end of a row.
+template <class Arch>
+const float* pad_values(const FlashWork& w, int64_t j0, int64_t keys, int64_t ldp, float* panel) {
+  if (w.value_dim % vfloat<Arch>::size == 0) return w.v + j0 * w.v_row_stride;
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* src = w.v + (j0 + j) * w.v_row_stride;
+    float* dst = panel + j * ldp;
+    std::memcpy(dst, src, sizeof(float) * w.value_dim);
+    for (int64_t d = w.value_dim; d < ldp; ++d) dst[d] = 0.0f;
+  }
+  return panel;
+}
+
+// Scratch layout, in floats, each part 64-byte aligned.
+struct Layout {
+  int64_t qt, st, oacc, vpanel, m, l, alpha, lo, hi, zeros, total;
+};
+
+template <class Arch>
+Layout make_layout(int64_t head_dim, int64_t value_dim, int64_t rows) {
+  using T = Tiles<Arch>;
+  constexpr int64_t W = T::W;
+  const int64_t rows_p = round_up(max64(rows, 1), W);
+  const int64_t keys = max64(T::kBlockKeys, T::kNarrowBlockKeys);
+  const int64_t dvp = round_up(value_dim, W);
+  const int64_t dp = round_up(head_dim, W);
+  Layout s{};
+  int64_t at = 0;
+  auto take = [&](int64_t n) {
+    const int64_t here = at;
+    at += round_up(n, 16);
+    return here;
+  };
+  s.qt = take(dp * rows_p);
+  s.st = take(keys * rows_p);
+  s.oacc = take(rows_p * dvp);
+  s.vpanel = take(keys * dvp);
+  s.m = take(rows_p);
+  s.l = take(rows_p);
+  s.alpha = take(rows_p);
+  s.lo = take(rows_p);
+  s.hi = take(rows_p);
+  s.zeros = take(dp);
+  s.total = at;
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Wide path: a block of up to kBlockRows query rows.
+
+template <class Arch>
+void flash_wide(const FlashWork& w, float* scratch) {
+  using T = Tiles<Arch>;
+  using B = vfloat<Arch>;
+  constexpr int W = T::W;
+  const RowMap rows{&w};
+  const int64_t nr = w.row_count, depth = w.head_dim;
+  const int64_t ldr = round_up(nr, W);  // padded rows: the leading dimension of Qᵀ and Sᵀ
+  const int nvr = static_cast<int>(ldr / W);
+  const int64_t dvp = round_up(w.value_dim, W);
+  const Layout L = make_layout<Arch>(w.head_dim, w.value_dim, nr);
+  float* qt = scratch + L.qt;
+  float* st = scratch + L.st;
+  float* oacc = scratch + L.oacc;
+  float* m = scratch + L.m;
+  float* l = scratch + L.l;
+  float* alpha = scratch + L.alpha;
+  float* lo = scratch + L.lo;
+  float* hi = scratch + L.hi;
+
+  // Qᵀ panel, pre-scaled; padded rows are zero and inherit the last row's mask so they never
+  // widen the key range or force masking.
+  int64_t key_lo = w.key_end, key_hi = w.key_begin, max_lo = 0, min_hi = w.key_end;
+  for (int64_t r = 0; r < ldr; ++r) {
+    const int64_t rr = min64(r, nr - 1);
+    const int64_t rlo = max64(rows.lo(rr), w.key_begin), rhi = min64(rows.hi(rr), w.key_end);
+    lo[r] = static_cast<float>(rlo);
+    hi[r] = static_cast<float>(rhi);
+    if (rlo < rhi) {
+      key_lo = min64(key_lo, rlo);
+      key_hi = max64(key_hi, rhi);
+    }
+    max_lo = max64(max_lo, rlo);
+    min_hi = min64(min_hi, rhi);
+    m[r] = kNegInf;
+    l[r] = 0.0f;
+    if (r < nr) {
+      const float* q = rows.q(r);
+      for (int64_t d = 0; d < depth; ++d) qt[d * ldr + r] = q[d] * w.scale_log2e;
+    } else {
+      for (int64_t d = 0; d < depth; ++d) qt[d * ldr + r] = 0.0f;
+    }
+  }
+  std::memset(oacc, 0, sizeof(float) * ldr * dvp);
+
+  const float* krow[kMaxScoreR];
+  for (int64_t j0 = key_lo; j0 < key_hi; j0 += T::kBlockKeys) {
+    const int64_t nk = min64(T::kBlockKeys, key_hi - j0);
+
+    // Sᵀ = K·Qᵀ for this tile.
+    for (int64_t jj = 0; jj < nk; jj += T::kScoreKeys) {
+      const int R = static_cast<int>(min64(T::kScoreKeys, nk - jj));
+      for (int r = 0; r < R; ++r) krow[r] = w.k + (j0 + jj + r) * w.k_row_stride;
+      ScoreArgs a{krow, qt, ldr, depth, st + jj * ldr, ldr};
+      score_dispatch<Arch>(R, nvr, a);
+    }
+    if (w.bias) {
+      for (int64_t r = 0; r < nr; ++r) {
+        const float* b = rows.bias(r) + j0 * w.bias_key_stride;
+        for (int64_t jj = 0; jj < nk; ++jj) st[jj * ldr + r] += b[jj * w.bias_key_stride] * kLog2e;
+      }
+    }
+    // Tiles that every row sees whole skip the mask.
+    if (!(max_lo <= j0 && min_hi >= j0 + nk)) {
+      for (int64_t jj = 0; jj < nk; ++jj) {
+        const B jf(static_cast<float>(j0 + jj));
+        for (int n = 0; n < nvr; ++n) {
+          float* s = st + jj * ldr + n * W;
+          const auto visible = (jf >= B::load_aligned(lo + n * W)) & (jf < B::load_aligned(hi + n * W));
+          xsimd::select(visible, B::load_aligned(s), B(kNegInf)).store_aligned(s);
+        }
+      }
+    }
+    // Online softmax down the columns of Sᵀ, W query rows at a time.
+    for (int n = 0; n < nvr; ++n) {
+      B mx(kNegInf);
+      for (int64_t jj = 0; jj < nk; ++jj) mx = xsimd::max(mx, B::load_aligned(st + jj * ldr + n * W));
+      const B m_old = B::load_aligned(m + n * W);
+      const B m_new = xsimd::max(m_old, mx);
+      // All keys masked so far: use 0 as the reference so exp2(−inf − ref) is 0, not NaN.
+      const B ref = xsimd::select(m_new == B(kNegInf), B(0.0f), m_new);
+      const B a = exp2_nonpositive<Arch>(m_old - ref);
+      B sum(0.0f);
+      for (int64_t jj = 0; jj < nk; ++jj) {
+        float* s = st + jj * ldr + n * W;
+        const B p = exp2_nonpositive<Arch>(B::load_aligned(s) - ref);
+        p.store_aligned(s);
+        sum += p;
+      }
+      xsimd::fma(B::load_aligned(l + n * W), a, sum).store_aligned(l + n * W);
+      m_new.store_aligned(m + n * W);
+      a.store_aligned(alpha + n * W);
+    }
+    const float* vtile = pad_values<Arch>(w, j0, nk, dvp, scratch + L.vpanel);
+    const int64_t ldv = (w.value_dim % W == 0) ? w.v_row_stride : dvp;
+    pv_block<Arch>(oacc, dvp, alpha, st, 1, ldr, vtile, ldv, nr, dvp / W, nk);
+  }
+  write_rows<Arch>(w, rows, oacc, dvp, m, l);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Narrow path: a few query rows (decode). Requires head_dim % W == 0.
+
+template <class Arch>
+void flash_narrow(const FlashWork& w, float* scratch) {
+  using T = Tiles<Arch>;
+  using B = vfloat<Arch>;
+  constexpr int W = T::W;
+  const RowMap rows{&w};
+  const int64_t nr = w.row_count, depth = w.head_dim;
+  const int64_t dvp = round_up(w.value_dim, W);
+  constexpr int64_t ldsn = T::kNarrowBlockKeys;
+  const Layout L = make_layout<Arch>(w.head_dim, w.value_dim, nr);
+  float* qn = scratch + L.qt;  // [nr][D], pre-scaled
+  float* s = scratch + L.st;   // [nr][ldsn]
+  float* oacc = scratch + L.oacc;
+  float* m = scratch + L.m;
+  float* l = scratch + L.l;
+  float* alpha = scratch + L.alpha;
+  float* zeros = scratch + L.zeros;
+  int64_t rlo[16], rhi[16];  // nr <= kNarrowMaxRows <= 8
+
+  int64_t key_lo = w.key_end, key_hi = w.key_begin, max_lo = 0, min_hi = w.key_end;
+  for (int64_t r = 0; r < nr; ++r) {
+    rlo[r] = max64(rows.lo(r), w.key_begin);
+    rhi[r] = min64(rows.hi(r), w.key_end);
+    if (rlo[r] < rhi[r]) {
+      key_lo = min64(key_lo, rlo[r]);
+      key_hi = max64(key_hi, rhi[r]);
+    }
+    max_lo = max64(max_lo, rlo[r]);
+    min_hi = min64(min_hi, rhi[r]);
+    m[r] = kNegInf;
+    l[r] = 0.0f;
+    const float* q = rows.q(r);
+    for (int64_t d = 0; d < depth; ++d) qn[r * depth + d] = q[d] * w.scale_log2e;
+  }
+  std::memset(zeros, 0, sizeof(float) * depth);
+  std::memset(oacc, 0, sizeof(float) * nr * dvp);
+  alignas(64) static constexpr float kIota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const B iota = B::load_aligned(kIota);
+
+  const float* kp[W];
+  B acc[W];
+  for (int64_t j0 = key_lo; j0 < key_hi; j0 += ldsn) {
+    const int64_t nk = min64(ldsn, key_hi - j0);
+    const int64_t nkp = round_up(nk, W);
+    // S = Q·Kᵀ: W keys at a time, one dot product per (row, key), reduced with haddp.
+    for (int64_t jg = 0; jg < nk; jg += W) {
+      for (int k = 0; k < W; ++k) kp[k] = (jg + k < nk) ? w.k + (j0 + jg + k) * w.k_row_stride : zeros;
+      for (int64_t r = 0; r < nr; ++r) {
+        for (int k = 0; k < W; ++k) acc[k] = B(0.0f);
+        const float* q = qn + r * depth;
+        for (int64_t d = 0; d < depth; d += W) {
+          const B qv = B::load_aligned(q + d);
+          for (int k = 0; k < W; ++k) acc[k] = xsimd::fma(qv, B::load_unaligned(kp[k] + d), acc[k]);
+        }
+        transpose_sum<Arch>(acc).store_aligned(s + r * ldsn + jg);
+      }
+    }
+    for (int64_t r = 0; r < nr; ++r) {
+      float* sr = s + r * ldsn;
+      if (w.bias) {
+        const float* b = rows.bias(r) + j0 * w.bias_key_stride;
+        for (int64_t jj = 0; jj < nk; ++jj) sr[jj] += b[jj * w.bias_key_stride] * kLog2e;
+      }
+      // Mask when the tile is not wholly visible, and always the padding past nk.
+      const bool whole = max_lo <= j0 && min_hi >= j0 + nk;
+      const B lo_v(static_cast<float>(rlo[r] - j0)), hi_v(static_cast<float>(min64(rhi[r], j0 + nk) - j0));
+      for (int64_t jj = whole ? nkp - (nk % W ? W : 0) : 0; jj < nkp; jj += W) {
+        const B jf = iota + B(static_cast<float>(jj));
+        const auto visible = (jf >= lo_v) & (jf < hi_v);
+        xsimd::select(visible, B::load_aligned(sr + jj), B(kNegInf)).store_aligned(sr + jj);
+      }
+      B mx(kNegInf);
+      for (int64_t jj = 0; jj < nkp; jj += W) mx = xsimd::max(mx, B::load_aligned(sr + jj));
+      const float tile_max = horizontal_max<Arch>(mx);
+      const float m_new = m[r] > tile_max ? m[r] : tile_max;
+      const float ref = m_new == kNegInf ? 0.0f : m_new;
+      B sum(0.0f);
+      for (int64_t jj = 0; jj < nkp; jj += W) {
+        const B p = exp2_nonpositive<Arch>(B::load_aligned(sr + jj) - B(ref));
+        p.store_aligned(sr + jj);
+        sum += p;
+      }
+      const float a = exp2_nonpositive<Arch>(B(m[r] - ref)).get(0);
+      l[r] = l[r] * a + xsimd::hadd(sum);
+      m[r] = m_new;
+      alpha[r] = a;
+    }
+    const float* vtile = pad_values<Arch>(w, j0, nk, dvp, scratch + L.vpanel);
+    const int64_t ldv = (w.value_dim % W == 0) ? w.v_row_stride : dvp;
+    pv_block<Arch>(oacc, dvp, alpha, s, ldsn, 1, vtile, ldv, nr, dvp / W, nk);
+  }
+  write_rows<Arch>(w, rows, oacc, dvp, m, l);
+}
+
+template <class Arch>
+void flash(const FlashWork& w, float* scratch) {
+  using T = Tiles<Arch>;
+  if (w.row_count <= T::kNarrowMaxRows && w.head_dim % T::W == 0)
+    flash_narrow<Arch>(w, scratch);
+  else
+    flash_wide<Arch>(w, scratch);
+}
+
+template <class Arch>
+size_t scratch_floats(int64_t head_dim, int64_t value_dim, int64_t rows) {
+  return static_cast<size_t>(make_layout<Arch>(head_dim, value_dim, rows).total);
+}
+
+template <class Arch>
+KernelTable make_table(const char* name) {
+  using T = Tiles<Arch>;
+  return KernelTable{name, KernelGeometry{T::W, T::kBlockRows, T::kBlockKeys, T::kNarrowMaxRows, T::kNarrowBlockKeys},
+                     &flash<Arch>, &scratch_floats<Arch>};
+}
+
+}  // namespace
+}  // namespace attend::kernels

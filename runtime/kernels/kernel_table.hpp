@@ -1,0 +1,85 @@
+// The boundary between the runtime and the kernels: plain structs of pointers, strides and sizes
+// describing one unit of work, and a table of function pointers per ISA. Kernels never see
+// TensorView, OpenMP or oneDNN; the runtime never sees xsimd.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace attend::kernels {
+
+/// One block of query rows of one (batch, kv head) against one contiguous range of keys.
+///
+/// Query rows are the G query heads that share the kv head, stacked position-major:
+/// stacked row s ↦ (query position i = s / G, head-in-group g = s % G). The block covers stacked
+/// rows [row_begin, row_begin + row_count). Stacking the group's heads lets each K/V byte be read
+/// once per group (GQA) and turns decode (Nq = 1) into a G-row problem.
+struct FlashWork {
+  // Q for (b, first head of the group): element (g, i, d) at q[g*q_head_stride + i*q_row_stride + d].
+  const float* q;
+  int64_t q_head_stride, q_row_stride;
+  // K and V of (b, kv head): key j at k[j*k_row_stride + d], v[j*v_row_stride + d].
+  const float* k;
+  int64_t k_row_stride;
+  const float* v;
+  int64_t v_row_stride;
+  // Optional additive bias for (b, first head of the group), already in log2 units is NOT assumed:
+  // the kernel multiplies by log2(e). Element (g, i, j) at bias[g*bias_head_stride + i*bias_row_stride
+  // + j*bias_key_stride]; null when absent.
+  const float* bias;
+  int64_t bias_head_stride, bias_row_stride, bias_key_stride;
+
+  int64_t group;        // G: query heads per kv head
+  int64_t row_begin;    // first stacked row
+  int64_t row_count;    // rows in this block (<= plan's block_rows)
+  int64_t head_dim;     // D
+  int64_t value_dim;    // Dv
+  int64_t num_keys;     // Nk (the tensor's key count, used for the causal offset)
+  int64_t num_queries;  // Nq
+
+  // Mask, per query position i: keys [lo(i), hi(i)) are visible, with off = Nk - Nq:
+  //   hi(i) = min(valid_keys, causal ? i + off + 1 : Nk),  lo(i) = window > 0 ? i + off - window + 1 : 0.
+  int64_t valid_keys;  // kv_lens[b], or Nk
+  bool causal;
+  int64_t window;
+
+  // The key range this work item covers (a split of [0, Nk) for split-K decode, else all keys).
+  int64_t key_begin, key_end;
+
+  float scale_log2e;  // scale · log2(e): folded into Q once, the softmax runs in base 2
+
+  // Output. Final: o[g*o_head_stride + i*o_row_stride + d], normalised.
+  // Partial (split-K): per row r of the block, partial_ml[2*r] = running max (base 2),
+  // partial_ml[2*r+1] = sum, partial_acc[r*value_dim + d] = unnormalised accumulator.
+  float* o;
+  int64_t o_head_stride, o_row_stride;
+  float* partial_ml;
+  float* partial_acc;
+};
+
+/// Tile geometry of one ISA's kernels; the plan sizes scratch and blocks from it.
+struct KernelGeometry {
+  int vector_width;     // floats per vector register
+  int block_rows;       // query rows per block (wide path)
+  int block_keys;       // keys per tile (wide path)
+  int narrow_max_rows;  // the narrow (decode) path is used for blocks of at most this many rows
+  int narrow_block_keys;
+};
+
+using FlashFn = void (*)(const FlashWork& work, float* scratch);
+using ScratchFn = size_t (*)(int64_t head_dim, int64_t value_dim, int64_t row_count);
+
+/// The kernels of one ISA. `name` follows XNNPACK's convention: datatype, operation, ISA.
+struct KernelTable {
+  const char* name;
+  KernelGeometry geometry;
+  FlashFn flash;             // computes one FlashWork
+  ScratchFn scratch_floats;  // per-thread scratch the flash kernel needs, in floats (64-byte aligned)
+};
+
+// One table per compiled ISA (defined in runtime/kernels/arch/*.cpp). Null when not compiled in.
+const KernelTable* kernel_table_avx512();
+const KernelTable* kernel_table_avx2();
+const KernelTable* kernel_table_generic();
+
+}  // namespace attend::kernels

@@ -1,0 +1,338 @@
+// scaled_dot_product_attention against the double-precision reference, on every ISA path this
+// machine can run (each test is instantiated once per path, forced through SdpaOptions::isa).
+//
+// Shapes are chosen around the kernels' tile edges: N ∈ {1, 2, 7, 17, 63, 64, 65, 513} hits the
+// four boundary classes (less than, equal to, a multiple of, more than a tile) of the 64-row /
+// 64-key wide tiles, the 16/8/4-lane vectors and the 256-key narrow tiles; D ∈ {1, 3, …, 256}
+// covers head dims below, at and between vector widths.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <attend/attend.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../reference/reference_attention.hpp"
+#include "../test_tensors.hpp"
+
+namespace attend::testing {
+namespace {
+
+struct Case {
+  int64_t B = 1, Hq = 1, Hkv = 1, Nq = 1, Nk = 1, D = 16, Dv = -1;  // Dv -1: same as D
+  bool causal = false;
+  int64_t window = 0;
+  std::vector<int64_t> kv_lens;
+  bool bnhd = false;  // store q/k/v/o as [B, N, H, D] with padding (strided views)
+  float input_scale = 1.0f;
+  float scale = 0.0f;
+  bool bias = false;
+  TensorView::Dims bias_shape{1, 1, 1, 1};
+  int threads = 0;
+
+  std::string describe() const {
+    return "B=" + std::to_string(B) + " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) +
+           " Nq=" + std::to_string(Nq) + " Nk=" + std::to_string(Nk) + " D=" + std::to_string(D) +
+           " Dv=" + std::to_string(Dv < 0 ? D : Dv) + (causal ? " causal" : "") +
+           (window ? " window=" + std::to_string(window) : "") + (kv_lens.empty() ? "" : " kv_lens") +
+           (bnhd ? " strided" : "") + (bias ? " bias" : "");
+  }
+};
+
+struct Outcome {
+  TestTensor q, k, v, o, bias;
+  std::vector<double> expected;
+};
+
+Outcome run_case(const Case& c, Isa isa, uint32_t seed = 1) {
+  std::mt19937 rng(seed);
+  const int64_t Dv = c.Dv < 0 ? c.D : c.Dv;
+  const std::array<int, 4> order = c.bnhd ? std::array<int, 4>{0, 2, 1, 3} : std::array<int, 4>{0, 1, 2, 3};
+  const int64_t pad = c.bnhd ? 5 : 0;
+  Outcome r;
+  r.q = TestTensor::make({c.B, c.Hq, c.Nq, c.D}, order, pad);
+  r.k = TestTensor::make({c.B, c.Hkv, c.Nk, c.D}, order, pad);
+  r.v = TestTensor::make({c.B, c.Hkv, c.Nk, Dv}, order, pad);
+  r.o = TestTensor::make({c.B, c.Hq, c.Nq, Dv}, order, pad);
+  r.q.fill_uniform(rng, -c.input_scale, c.input_scale);
+  r.k.fill_uniform(rng, -c.input_scale, c.input_scale);
+  r.v.fill_uniform(rng);
+  SdpaOptions opt;
+  opt.causal = c.causal;
+  opt.window = c.window;
+  opt.kv_lens = c.kv_lens;
+  opt.scale = c.scale;
+  opt.num_threads = c.threads;
+  opt.isa = isa;
+  if (c.bias) {
+    r.bias = TestTensor::make(c.bias_shape);
+    r.bias.fill_uniform(rng, -2.0f, 2.0f);
+    opt.bias = r.bias.cview();
+  }
+  scaled_dot_product_attention(r.q.cview(), r.k.cview(), r.v.cview(), r.o.view, opt);
+  r.expected = reference_attention(r.q.cview(), r.k.cview(), r.v.cview(), opt);
+  return r;
+}
+
+// Max abs error ≤ 1e-5 × the output's scale (its largest magnitude, at least 1e-3 so an output
+// of tiny values is not held to an absolute error below f32 resolution of the inputs).
+void expect_matches(const Case& c, const Outcome& r) {
+  const int64_t B = c.B, H = c.Hq, N = c.Nq, Dv = c.Dv < 0 ? c.D : c.Dv;
+  double scale = 1e-3;
+  for (double x : r.expected) scale = std::max(scale, std::abs(x));
+  double worst = 0.0;
+  int64_t bad = 0;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < N; ++i)
+        for (int64_t d = 0; d < Dv; ++d) {
+          const double want = r.expected[static_cast<size_t>(((b * H + h) * N + i) * Dv + d)];
+          const double got = r.o.at(b, h, i, d);
+          const double err = std::isfinite(got) ? std::abs(got - want) : INFINITY;
+          // A fully masked row must be exactly zero, not merely close.
+          if (want == 0.0 && got != 0.0 && err > 0.0) ++bad;
+          worst = std::max(worst, err);
+        }
+  EXPECT_LE(worst, 1e-5 * scale) << c.describe();
+  EXPECT_EQ(bad, 0) << "fully masked rows must be exactly zero: " << c.describe();
+  EXPECT_TRUE(r.o.guards_intact()) << "write outside the output storage: " << c.describe();
+}
+
+class Sdpa : public ::testing::TestWithParam<Isa> {
+ protected:
+  void check(const Case& c) {
+    SCOPED_TRACE(c.describe());
+    const Outcome r = run_case(c, GetParam());
+    expect_matches(c, r);
+  }
+};
+
+TEST_P(Sdpa, SequenceLengthsAcrossTileEdges) {
+  for (int64_t n : {1, 2, 7, 17, 63, 64, 65, 513})
+    for (int64_t d : {16, 64})
+      for (bool causal : {false, true}) {
+        Case c;
+        c.Hq = c.Hkv = 2;
+        c.Nq = c.Nk = n;
+        c.D = d;
+        c.causal = causal;
+        check(c);
+      }
+}
+
+TEST_P(Sdpa, HeadDims) {
+  for (int64_t d : {1, 3, 16, 40, 64, 80, 96, 128, 256})
+    for (int64_t n : {7, 65}) {
+      Case c;
+      c.Hq = c.Hkv = 2;
+      c.Nq = c.Nk = n;
+      c.D = d;
+      check(c);
+      c.Nq = 1;  // the narrow (decode) path
+      check(c);
+    }
+}
+
+TEST_P(Sdpa, ValueDimDiffersFromHeadDim) {
+  for (auto [d, dv] : {std::pair<int64_t, int64_t>{64, 32}, {16, 80}, {3, 17}, {128, 1}})
+    for (int64_t nq : {1, 33}) {
+      Case c;
+      c.Nq = nq;
+      c.Nk = 70;
+      c.D = d;
+      c.Dv = dv;
+      check(c);
+    }
+}
+
+TEST_P(Sdpa, FewerOrMoreQueriesThanKeys) {
+  for (auto [nq, nk] : {std::pair<int64_t, int64_t>{1, 513}, {7, 65}, {65, 7}, {17, 200}, {100, 300}})
+    for (bool causal : {false, true}) {
+      Case c;
+      c.B = 2;
+      c.Hq = c.Hkv = 2;
+      c.Nq = nq;
+      c.Nk = nk;
+      c.D = 64;
+      c.causal = causal;
+      check(c);
+    }
+}
+
+TEST_P(Sdpa, GroupedQueryAttention) {
+  for (int64_t ratio : {1, 2, 4, 8})
+    for (auto [nq, nk] : {std::pair<int64_t, int64_t>{1, 300}, {5, 77}, {70, 70}, {1, 2100}})
+      for (bool causal : {false, true}) {
+        Case c;
+        c.Hkv = 2;
+        c.Hq = 2 * ratio;
+        c.Nq = nq;
+        c.Nk = nk;
+        c.D = 64;
+        c.causal = causal;
+        check(c);
+      }
+}
+
+TEST_P(Sdpa, DecodeSplitsLongKeyRanges) {
+  // Nk ≥ 1024 with one row block splits the keys; the merge must equal the unsplit reference.
+  for (int64_t nk : {1024, 1100, 4097})
+    for (int64_t d : {64, 128, 40}) {
+      Case c;
+      c.B = 2;
+      c.Hq = 4;
+      c.Hkv = 2;
+      c.Nq = 1;
+      c.Nk = nk;
+      c.D = d;
+      c.kv_lens = {nk, nk / 3};
+      check(c);
+    }
+}
+
+TEST_P(Sdpa, StridedViews) {
+  for (int64_t nq : {1, 40})
+    for (bool causal : {false, true}) {
+      Case c;
+      c.B = 2;
+      c.Hq = 4;
+      c.Hkv = 2;
+      c.Nq = nq;
+      c.Nk = 90;
+      c.D = 32;
+      c.bnhd = true;
+      c.causal = causal;
+      check(c);
+    }
+}
+
+TEST_P(Sdpa, SlidingWindow) {
+  for (int64_t w : {1, 5, 64, 100})
+    for (bool causal : {false, true})
+      for (auto [nq, nk] : {std::pair<int64_t, int64_t>{130, 130}, {1, 1500}, {20, 150}}) {
+        Case c;
+        c.Nq = nq;
+        c.Nk = nk;
+        c.D = 16;
+        c.window = w;
+        c.causal = causal;
+        check(c);
+      }
+}
+
+TEST_P(Sdpa, KvLengths) {
+  for (bool causal : {false, true})
+    for (int64_t nq : {1, 9, 70}) {
+      Case c;
+      c.B = 4;
+      c.Hq = 2;
+      c.Hkv = 1;
+      c.Nq = nq;
+      c.Nk = 130;
+      c.D = 16;
+      c.kv_lens = {130, 1, 64, 0};  // includes an empty sequence: fully masked rows
+      c.causal = causal;
+      check(c);
+    }
+}
+
+TEST_P(Sdpa, AdditiveBiasBroadcasts) {
+  for (TensorView::Dims shape : {TensorView::Dims{2, 4, 33, 80}, TensorView::Dims{1, 1, 33, 80},
+                                 TensorView::Dims{2, 1, 1, 80}, TensorView::Dims{1, 4, 33, 1}}) {
+    for (int64_t nq : {33}) {
+      Case c;
+      c.B = 2;
+      c.Hq = 4;
+      c.Hkv = 2;
+      c.Nq = nq;
+      c.Nk = 80;
+      c.D = 16;
+      c.bias = true;
+      c.bias_shape = shape;
+      c.causal = true;
+      check(c);
+    }
+  }
+  Case decode;  // bias on the narrow path
+  decode.Hq = 4;
+  decode.Hkv = 2;
+  decode.Nq = 1;
+  decode.Nk = 300;
+  decode.D = 32;
+  decode.bias = true;
+  decode.bias_shape = {1, 4, 1, 300};
+  check(decode);
+}
+
+TEST_P(Sdpa, FullyMaskedRowsAreZero) {
+  // Causal with Nq > Nk: the first Nq − Nk queries see no key at all.
+  Case c;
+  c.Nq = 40;
+  c.Nk = 10;
+  c.D = 16;
+  c.causal = true;
+  const Outcome r = run_case(c, GetParam());
+  for (int64_t i = 0; i < 30; ++i)
+    for (int64_t d = 0; d < 16; ++d) ASSERT_EQ(r.o.at(0, 0, i, d), 0.0f) << "row " << i;
+  expect_matches(c, r);
+  // All keys padded away.
+  Case e;
+  e.B = 1;
+  e.Nq = 3;
+  e.Nk = 50;
+  e.kv_lens = {0};
+  const Outcome re = run_case(e, GetParam());
+  for (int64_t i = 0; i < 3; ++i)
+    for (int64_t d = 0; d < e.D; ++d) ASSERT_EQ(re.o.at(0, 0, i, d), 0.0f);
+}
+
+TEST_P(Sdpa, LargeLogitsStayFinite) {
+  // |q·k·scale| up to ~1e4: the online max subtraction must keep every exponent ≤ 0.
+  for (int64_t nq : {1, 70}) {
+    Case c;
+    c.Nq = nq;
+    c.Nk = 300;
+    c.D = 64;
+    c.input_scale = 40.0f;
+    c.scale = 0.1f;
+    c.causal = nq > 1;
+    check(c);
+  }
+}
+
+TEST_P(Sdpa, SameBitsForEveryThreadCount) {
+  // Work is split by shape only, so 1, 2 and 3 threads give identical bits, split-K included.
+  auto make = [](int64_t B, int64_t Hq, int64_t Hkv, int64_t Nq, int64_t Nk, int64_t D, bool causal) {
+    Case c;
+    c.B = B;
+    c.Hq = Hq;
+    c.Hkv = Hkv;
+    c.Nq = Nq;
+    c.Nk = Nk;
+    c.D = D;
+    c.causal = causal;
+    return c;
+  };
+  for (Case c :
+       {make(1, 8, 8, 200, 200, 64, true), make(2, 8, 2, 1, 5000, 128, false), make(1, 4, 4, 3, 700, 40, true)}) {
+    std::vector<std::vector<float>> outs;
+    for (int t : {1, 2, 3}) {
+      c.threads = t;
+      const Outcome r = run_case(c, GetParam(), 7);
+      outs.emplace_back(r.o.storage);
+      if (t == 1) expect_matches(c, r);
+    }
+    for (size_t i = 1; i < outs.size(); ++i)
+      EXPECT_EQ(0, std::memcmp(outs[0].data(), outs[i].data(), outs[0].size() * sizeof(float))) << c.describe();
+  }
+}
+
+std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) { return isa_name(info.param); }
+
+INSTANTIATE_TEST_SUITE_P(EveryIsa, Sdpa, ::testing::ValuesIn(supported_isas()), isa_param_name);
+
+}  // namespace
+}  // namespace attend::testing
