@@ -230,6 +230,12 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
 }
 
 // ---------------------------------------------------------------------------------------------
+// Prefetches `rows` rows of `cols` floats, `stride` floats apart, one request per cache line.
+inline void prefetch_rows(const float* p, int64_t stride, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; c += 16) __builtin_prefetch(p + r * stride + c, 0, 3);
+}
+
 // Per-block bookkeeping shared by both paths.
 
 struct RowMap {
@@ -477,6 +483,12 @@ void flash_narrow(const FlashWork& w, float* scratch) {
     // S = Q·Kᵀ: W keys at a time, one dot product per (row, key), reduced with haddp.
     for (int64_t jg = 0; jg < nk; jg += W) {
       for (int k = 0; k < W; ++k) kp[k] = (jg + k < nk) ? w.k + (j0 + jg + k) * w.k_row_stride : zeros;
+      // With several rows per kv head (GQA) each key costs several dot products, and the hardware
+      // prefetcher alone no longer keeps enough DRAM requests in flight: fetch the K rows two
+      // groups ahead and this group's V rows (read by the P·V pass of this tile) in advance.
+      prefetch_rows(w.k + (j0 + jg + 2 * W) * w.k_row_stride, w.k_row_stride, min64(W, key_hi - (j0 + jg + 2 * W)),
+                    depth);
+      prefetch_rows(w.v + (j0 + jg) * w.v_row_stride, w.v_row_stride, min64(W, nk - jg), w.value_dim);
       for (int64_t r = 0; r < nr; ++r) {
         for (int k = 0; k < W; ++k) acc[k] = B(0.0f);
         const float* q = qn + r * depth;

@@ -1,0 +1,285 @@
+// attend-bench: attend's fused attention against the oneDNN baseline, in one process.
+//
+// Benchmarks are named <group>/<impl>/<shape>: sdpa/attend/P1, sdpa/onednn/P1, stream/read/D1.
+// Every entry reports medians over repetitions (default 5; override with --benchmark_repetitions)
+// with FLOPS and bytes-per-second counters, and JSON output (--benchmark_format=json) carries the
+// same. A summary table with the attend/oneDNN ratios, the fraction of the measured FMA peak
+// (prefill) and of the measured streaming-read bandwidth (decode) is printed at the end (to stderr
+// when the format is JSON, so stdout stays machine-readable).
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <attend/attend.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "machine.hpp"
+#include "onednn_sdpa.hpp"
+
+namespace attend::bench {
+namespace {
+
+struct NamedShape {
+  const char* name;
+  SdpaShape shape;
+  bool decode;  // flush the LLC before each iteration; compare with stream/read
+};
+
+const std::vector<NamedShape>& shapes() {
+  static const std::vector<NamedShape> list = {
+      {"P1", {1, 8, 8, 512, 512, 64, false}, false},   {"P2", {1, 8, 8, 2048, 2048, 64, false}, false},
+      {"P3", {1, 8, 8, 2048, 2048, 64, true}, false},  {"P4", {1, 32, 32, 2048, 2048, 128, true}, false},
+      {"P5", {1, 8, 8, 4096, 4096, 64, true}, false},  {"D1", {1, 32, 32, 1, 4096, 128, false}, true},
+      {"D2", {1, 32, 8, 1, 4096, 128, false}, true},   {"D3", {8, 32, 8, 1, 2048, 128, false}, true},
+      {"D4", {1, 32, 32, 1, 16384, 128, false}, true},
+  };
+  return list;
+}
+
+// Multiply-adds counted as 2 FLOPs, two matmuls, only over visible (query, key) pairs.
+double flops(const SdpaShape& s) {
+  double pairs = 0.0;
+  for (int64_t i = 0; i < s.Nq; ++i)
+    pairs += s.causal ? static_cast<double>(std::min(s.Nk, i + (s.Nk - s.Nq) + 1)) : static_cast<double>(s.Nk);
+  return 4.0 * s.B * s.Hq * pairs * s.D;
+}
+
+double io_bytes(const SdpaShape& s) { return 4.0 * (2.0 * s.B * s.Hq * s.Nq * s.D + 2.0 * s.B * s.Hkv * s.Nk * s.D); }
+double kv_bytes(const SdpaShape& s) { return 4.0 * 2.0 * s.B * s.Hkv * s.Nk * s.D; }
+
+// Inputs for one shape, kept while that shape's benchmarks run (registration order groups them),
+// with the baseline's primitives and a once-per-shape correctness check of both implementations.
+struct Workload {
+  const NamedShape* shape = nullptr;
+  std::vector<float> q, k, v, o;
+  std::unique_ptr<OnednnSdpa> onednn;
+  std::string error;  // non-empty: a correctness check failed
+};
+
+void fill(std::vector<float>& x, uint32_t seed) {
+  uint32_t state = seed * 2654435761u + 1;
+  for (float& f : x) {
+    state = state * 1664525u + 1013904223u;
+    f = static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) * (1.0f / (1 << 23));
+  }
+}
+
+void run_attend(const SdpaShape& s, const float* q, const float* k, const float* v, float* o) {
+  SdpaOptions opt;
+  opt.causal = s.causal;
+  scaled_dot_product_attention(
+      TensorView::dense(q, {s.B, s.Hq, s.Nq, s.D}), TensorView::dense(k, {s.B, s.Hkv, s.Nk, s.D}),
+      TensorView::dense(v, {s.B, s.Hkv, s.Nk, s.D}), TensorView::dense(o, {s.B, s.Hq, s.Nq, s.D}), opt);
+}
+
+// Max abs error of `o` against a double-precision reference on a sample of rows.
+double sampled_error(const SdpaShape& s, const Workload& w, const std::vector<float>& o) {
+  const int64_t G = s.Hq / s.Hkv;
+  const int64_t rows = s.B * s.Hq * s.Nq;
+  double worst = 0.0;
+  std::vector<double> p(static_cast<size_t>(s.Nk));
+  for (int64_t sample = 0; sample < 16; ++sample) {
+    const int64_t row = (sample * 7919 + 13) % rows;
+    const int64_t i = row % s.Nq, h = (row / s.Nq) % s.Hq, b = row / (s.Nq * s.Hq);
+    const float* q = &w.q[static_cast<size_t>(row * s.D)];
+    const float* k = &w.k[static_cast<size_t>((b * s.Hkv + h / G) * s.Nk * s.D)];
+    const float* v = &w.v[static_cast<size_t>((b * s.Hkv + h / G) * s.Nk * s.D)];
+    const int64_t visible = s.causal ? std::min(s.Nk, i + (s.Nk - s.Nq) + 1) : s.Nk;
+    double mx = -INFINITY, sum = 0.0;
+    for (int64_t j = 0; j < visible; ++j) {
+      double dot = 0.0;
+      for (int64_t d = 0; d < s.D; ++d) dot += double(q[d]) * k[j * s.D + d];
+      p[j] = dot / std::sqrt(double(s.D));
+      mx = std::max(mx, p[j]);
+    }
+    for (int64_t j = 0; j < visible; ++j) sum += (p[j] = std::exp(p[j] - mx));
+    for (int64_t d = 0; d < s.D; ++d) {
+      double want = 0.0;
+      for (int64_t j = 0; j < visible; ++j) want += p[j] / sum * v[j * s.D + d];
+      worst = std::max(worst, std::abs(want - o[static_cast<size_t>(row * s.D + d)]));
+    }
+  }
+  return worst;
+}
+
+Workload& workload(const NamedShape& ns) {
+  static Workload w;
+  if (w.shape == &ns) return w;
+  w = Workload{};
+  w.shape = &ns;
+  const SdpaShape& s = ns.shape;
+  w.q.resize(static_cast<size_t>(s.B * s.Hq * s.Nq * s.D));
+  w.k.resize(static_cast<size_t>(s.B * s.Hkv * s.Nk * s.D));
+  w.v.resize(w.k.size());
+  w.o.assign(w.q.size(), 0.0f);
+  fill(w.q, 1);
+  fill(w.k, 2);
+  fill(w.v, 3);
+  w.onednn = std::make_unique<OnednnSdpa>(s);
+  std::vector<float> check(w.o.size());
+  run_attend(s, w.q.data(), w.k.data(), w.v.data(), check.data());
+  if (double e = sampled_error(s, w, check); e > 1e-4)
+    w.error = "attend differs from the reference by " + std::to_string(e);
+  w.onednn->run(w.q.data(), w.k.data(), w.v.data(), check.data());
+  if (double e = sampled_error(s, w, check); e > 1e-4)
+    w.error = "onednn differs from the reference by " + std::to_string(e);
+  return w;
+}
+
+void set_counters(benchmark::State& state, const SdpaShape& s, double bytes) {
+  state.counters["FLOPS"] = benchmark::Counter(flops(s), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+}
+
+template <class F>
+void timed_loop(benchmark::State& state, bool flush, F&& body) {
+  for (auto _ : state) {
+    if (flush) flush_last_level_cache();
+    const auto t0 = std::chrono::steady_clock::now();
+    body();
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+}
+
+void bm_attend(benchmark::State& state, const NamedShape* ns) {
+  Workload& w = workload(*ns);
+  if (!w.error.empty()) return state.SkipWithError(w.error.c_str());
+  timed_loop(state, ns->decode, [&] { run_attend(ns->shape, w.q.data(), w.k.data(), w.v.data(), w.o.data()); });
+  set_counters(state, ns->shape, io_bytes(ns->shape));
+}
+
+void bm_onednn(benchmark::State& state, const NamedShape* ns) {
+  Workload& w = workload(*ns);
+  if (!w.error.empty()) return state.SkipWithError(w.error.c_str());
+  timed_loop(state, ns->decode, [&] { w.onednn->run(w.q.data(), w.k.data(), w.v.data(), w.o.data()); });
+  set_counters(state, ns->shape, io_bytes(ns->shape));
+  state.counters["workspace_MiB"] = static_cast<double>(w.onednn->workspace_bytes()) / (1 << 20);
+}
+
+void bm_stream(benchmark::State& state, const NamedShape* ns) {
+  Workload& w = workload(*ns);
+  const int threads = omp_get_max_threads();
+  float sink = 0.0f;
+  timed_loop(state, true, [&] {
+    sink += stream_read(w.k.data(), w.k.size(), threads);
+    sink += stream_read(w.v.data(), w.v.size(), threads);
+  });
+  benchmark::DoNotOptimize(sink);
+  state.SetBytesProcessed(static_cast<int64_t>(kv_bytes(ns->shape)) * state.iterations());
+}
+
+// Collects the median of every entry for the summary table.
+class SummaryReporter : public benchmark::BenchmarkReporter {
+ public:
+  explicit SummaryReporter(benchmark::BenchmarkReporter* inner) : inner_(inner) {}
+  bool ReportContext(const Context& c) override { return inner_->ReportContext(c); }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) {
+      const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
+      const bool single = r.run_type == Run::RT_Iteration && r.repetitions <= 1;
+      if ((median || single) && !r.error_occurred) {
+        Entry& e = entries_[r.run_name.function_name];
+        e.seconds = r.GetAdjustedRealTime() / 1e3;  // reported in ms
+        auto f = r.counters.find("FLOPS");
+        e.gflops = f != r.counters.end() ? f->second.value * 1e-9 : 0.0;
+        auto b = r.counters.find("bytes_per_second");
+        e.gbps = b != r.counters.end() ? b->second.value * 1e-9 : 0.0;
+      }
+    }
+    inner_->ReportRuns(runs);
+  }
+  void Finalize() override { inner_->Finalize(); }
+
+  struct Entry {
+    double seconds = 0, gflops = 0, gbps = 0;
+  };
+  const Entry* find(const std::string& name) const {
+    auto it = entries_.find(name);
+    return it == entries_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  benchmark::BenchmarkReporter* inner_;
+  std::map<std::string, Entry> entries_;
+};
+
+void print_summary(const SummaryReporter& rep, double peak, FILE* out) {
+  std::fprintf(out, "\nSummary (medians; speed-up = onednn time / attend time, same process)\n");
+  std::fprintf(out, "%-5s %11s %11s %8s %10s %8s %10s %10s %8s\n", "shape", "attend ms", "onednn ms", "speedup",
+               "GFLOP/s", "%peak", "GB/s", "stream", "%stream");
+  for (const NamedShape& ns : shapes()) {
+    const auto* a = rep.find(std::string("sdpa/attend/") + ns.name);
+    const auto* o = rep.find(std::string("sdpa/onednn/") + ns.name);
+    if (!a) continue;
+    const double speedup = o ? o->seconds / a->seconds : 0.0;
+    std::fprintf(out, "%-5s %11.3f %11.3f %7.2fx %10.1f %7.1f%%", ns.name, a->seconds * 1e3, o ? o->seconds * 1e3 : 0.0,
+                 speedup, a->gflops, peak > 0 ? 100.0 * a->gflops / peak : 0.0);
+    const auto* st = rep.find(std::string("stream/read/") + ns.name);
+    if (ns.decode && st) {
+      const double kv_gbps = kv_bytes(ns.shape) / a->seconds * 1e-9;
+      std::fprintf(out, " %10.1f %10.1f %7.1f%%", kv_gbps, st->gbps, 100.0 * kv_gbps / st->gbps);
+    }
+    std::fprintf(out, "\n");
+  }
+  std::fprintf(out,
+               "(GB/s for decode counts the K+V bytes read, like stream/read; %%peak is of the measured FMA peak "
+               "%.1f GFLOP/s)\n",
+               peak);
+}
+
+}  // namespace
+}  // namespace attend::bench
+
+int main(int argc, char** argv) {
+  using namespace attend::bench;
+  // Defaults a quick suite wants, each overridable on the command line.
+  std::vector<char*> args(argv, argv + argc);
+  std::vector<std::string> defaults = {"--benchmark_repetitions=5", "--benchmark_min_time=0.05",
+                                       "--benchmark_report_aggregates_only=true"};
+  bool json = false;
+  for (int i = 1; i < argc; ++i) json |= std::strstr(argv[i], "--benchmark_format=json") != nullptr;
+  for (std::string& d : defaults) {
+    const std::string key = d.substr(0, d.find('='));
+    bool given = false;
+    for (int i = 1; i < argc; ++i) given |= std::strncmp(argv[i], key.c_str(), key.size()) == 0;
+    if (!given) args.push_back(d.data());
+  }
+  int n = static_cast<int>(args.size());
+  benchmark::Initialize(&n, args.data());
+  if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
+
+  const int threads = omp_get_max_threads();
+  const double peak = measure_fma_peak_gflops(threads);
+  benchmark::AddCustomContext("cpu_model", attend::cpu_model());
+  benchmark::AddCustomContext("attend_version", ATTEND_VERSION_STRING);
+  benchmark::AddCustomContext("attend_isa", attend::isa_name(attend::active_isa()));
+  benchmark::AddCustomContext("onednn_version", onednn_version());
+  benchmark::AddCustomContext("onednn_isa", onednn_isa());
+  benchmark::AddCustomContext("threads", std::to_string(threads));
+  benchmark::AddCustomContext("fma_peak_gflops", std::to_string(peak));
+
+  for (const NamedShape& ns : shapes()) {
+    auto reg = [&](const char* group, void (*fn)(benchmark::State&, const NamedShape*)) {
+      benchmark::RegisterBenchmark((std::string(group) + ns.name).c_str(), fn, &ns)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    };
+    reg("sdpa/attend/", bm_attend);
+    reg("sdpa/onednn/", bm_onednn);
+    if (ns.decode) reg("stream/read/", bm_stream);
+  }
+
+  std::unique_ptr<benchmark::BenchmarkReporter> inner(benchmark::CreateDefaultDisplayReporter());
+  SummaryReporter reporter(inner.get());
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  print_summary(reporter, peak, json ? stderr : stdout);
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,86 @@
+#include "machine.hpp"
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace attend::bench {
+
+void flush_last_level_cache() {
+  static std::vector<float> buffer(size_t{128} << 18);  // 128 MiB
+  static float value = 0.0f;
+  value += 1.0f;
+  const int64_t n = static_cast<int64_t>(buffer.size());
+  float* p = buffer.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i += 16) p[i] = value;  // one write per cache line
+}
+
+float stream_read(const float* data, size_t floats, int threads) {
+  const int64_t n = static_cast<int64_t>(floats);
+  float total = 0.0f;
+#pragma omp parallel num_threads(threads) reduction(+ : total)
+  {
+    const int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t chunk = (n / nt + 15) / 16 * 16;
+    const int64_t begin = std::min(n, t * chunk), end = std::min(n, begin + chunk);
+    float acc[16] = {};
+    int64_t i = begin;
+    for (; i + 16 <= end; i += 16) {
+#pragma omp simd
+      for (int k = 0; k < 16; ++k) acc[k] += data[i + k];
+    }
+    for (; i < end; ++i) acc[0] += data[i];
+    for (float a : acc) total += a;
+  }
+  return total;
+}
+
+namespace {
+
+// 12 independent FMA chains hide the 4-cycle latency on two FMA pipes. One body per ISA, each
+// compiled for its target so the intrinsics inline.
+#define ATTEND_FMA_LOOP(V, FMA, SET1, STORE)                    \
+  V acc[12];                                                    \
+  for (int i = 0; i < 12; ++i) acc[i] = SET1(1.0f + i * 1e-3f); \
+  const V a = SET1(0.999999f), b = SET1(1e-7f);                 \
+  for (int64_t it = 0; it < iterations; ++it)                   \
+    for (int i = 0; i < 12; ++i) acc[i] = FMA(acc[i], a, b);    \
+  for (int i = 1; i < 12; ++i) acc[0] = FMA(acc[0], a, acc[i]); \
+  alignas(64) float out[16];                                    \
+  STORE(out, acc[0]);                                           \
+  return out[0];
+
+__attribute__((target("avx512f"))) double run512(int64_t iterations) {
+  ATTEND_FMA_LOOP(__m512, _mm512_fmadd_ps, _mm512_set1_ps, _mm512_store_ps)
+}
+__attribute__((target("avx2,fma"))) double run256(int64_t iterations) {
+  ATTEND_FMA_LOOP(__m256, _mm256_fmadd_ps, _mm256_set1_ps, _mm256_store_ps)
+}
+#undef ATTEND_FMA_LOOP
+
+}  // namespace
+
+double measure_fma_peak_gflops(int threads) {
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (!avx512 && !__builtin_cpu_supports("fma")) return 0.0;
+  const int lanes = avx512 ? 16 : 8;
+  const int64_t iterations = 20'000'000;
+  double best = 0.0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    double sink = 0.0;
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    sink += avx512 ? run512(iterations) : run256(iterations);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double flops = 2.0 * lanes * 12.0 * static_cast<double>(iterations) * threads;
+    best = std::max(best, flops / s * 1e-9 + 0.0 * sink);
+  }
+  return best;
+}
+
+}  // namespace attend::bench

@@ -1,0 +1,21 @@
+// Measurements of the machine itself, so attend's figures are judged against what the machine
+// delivered in the same run rather than against a datasheet.
+#pragma once
+
+#include <cstddef>
+
+namespace attend::bench {
+
+/// Writes a 128 MiB buffer so the last-level cache holds none of the benchmark's data (what a
+/// multi-layer decode sees: every layer's K/V comes from DRAM).
+void flush_last_level_cache();
+
+/// Sums `floats` floats with all threads, vectorised, and returns the sum (so it is not elided).
+/// Timed, this is the plain streaming read the decode kernels are compared with.
+float stream_read(const float* data, size_t floats, int threads);
+
+/// Peak f32 FMA throughput of `threads` threads in GFLOP/s, measured with independent FMA
+/// chains on the widest vectors the CPU supports (AVX-512, else AVX2+FMA).
+double measure_fma_peak_gflops(int threads);
+
+}  // namespace attend::bench

@@ -1,0 +1,45 @@
+// The oneDNN 2.6 baseline for scaled-dot-product attention: what oneDNN's own benchdnn uses as its
+// SDPA reference, executed step by step with primitives created once:
+//   S = (Q·Kᵀ)·scale       dnnl::matmul, scale as an output-scale attribute, Kᵀ read through strides
+//   S += causal mask       dnnl::binary add with a [1, M, Nk] mask broadcast over batch·heads
+//                          (a binary post-op on the matmul falls back to a reference kernel in 2.6)
+//   S = softmax(S)         dnnl::softmax_forward, in place, over the key axis
+//   O = S·V                dnnl::matmul
+// GQA query heads that share a kv head are stacked along M, so K and V are never copied.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace attend::bench {
+
+struct SdpaShape {
+  int64_t B, Hq, Hkv, Nq, Nk, D;
+  bool causal;
+};
+
+class OnednnSdpa {
+ public:
+  /// Creates the primitives and the score buffer (B·Hkv·G·Nq·Nk floats) for `shape`.
+  explicit OnednnSdpa(const SdpaShape& shape);
+  ~OnednnSdpa();
+  OnednnSdpa(const OnednnSdpa&) = delete;
+  OnednnSdpa& operator=(const OnednnSdpa&) = delete;
+
+  /// q [B,Hq,Nq,D], k/v [B,Hkv,Nk,D], o [B,Hq,Nq,D], all dense. Runs and waits.
+  void run(const float* q, const float* k, const float* v, float* o);
+
+  /// Bytes of intermediate buffers (scores, mask, scratchpads) the baseline holds.
+  size_t workspace_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// "2.6.3" and the ISA oneDNN dispatches to ("avx512_core", …).
+std::string onednn_version();
+std::string onednn_isa();
+
+}  // namespace attend::bench

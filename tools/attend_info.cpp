@@ -1,0 +1,95 @@
+// attend-info: what attend will run on this machine. `--json` prints one JSON object for fleets.
+#include <omp.h>
+
+#include <attend/attend.hpp>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::string join(const std::vector<attend::Isa>& v) {
+  std::string s;
+  for (attend::Isa i : v) {
+    if (!s.empty()) s += ',';
+    s += attend::isa_name(i);
+  }
+  return s;
+}
+
+std::string json_list(const std::vector<attend::Isa>& v) {
+  std::string s = "[";
+  for (attend::Isa i : v) {
+    if (s.size() > 1) s += ',';
+    s += '"';
+    s += attend::isa_name(i);
+    s += '"';
+  }
+  s += ']';
+  return s;
+}
+
+std::string cache_size(int index) {
+  std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
+  std::string s;
+  in >> s;
+  return s.empty() ? "unknown" : s;
+}
+
+std::string escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--json]\n", argv[0]);
+      return 2;
+    }
+  }
+  std::string active;
+  try {
+    active = attend::isa_name(attend::active_isa());
+  } catch (const attend::Error& e) {
+    std::fprintf(stderr, "attend-info: %s\n", e.what());
+    return 1;
+  }
+  const dnnl_version_t* dv = dnnl::version();
+  const std::string onednn =
+      std::to_string(dv->major) + "." + std::to_string(dv->minor) + "." + std::to_string(dv->patch);
+  const std::string model = attend::cpu_model();
+  // index0..3 on Linux are L1d, L1i, L2, L3 (per core / shared).
+  const std::string l1d = cache_size(0), l2 = cache_size(2), l3 = cache_size(3);
+  if (json) {
+    std::printf(
+        "{\"attend_version\":\"%s\",\"cpu_model\":\"%s\",\"isa_compiled\":%s,\"isa_supported\":%s,"
+        "\"isa_active\":\"%s\",\"cache_l1d\":\"%s\",\"cache_l2\":\"%s\",\"cache_l3\":\"%s\",\"omp_threads\":%d,"
+        "\"onednn_version\":\"%s\"}\n",
+        ATTEND_VERSION_STRING, escape(model).c_str(), json_list(attend::compiled_isas()).c_str(),
+        json_list(attend::supported_isas()).c_str(), active.c_str(), l1d.c_str(), l2.c_str(), l3.c_str(),
+        omp_get_max_threads(), onednn.c_str());
+  } else {
+    std::printf("attend %s\n", ATTEND_VERSION_STRING);
+    std::printf("cpu            %s\n", model.c_str());
+    std::printf("isa compiled   %s\n", join(attend::compiled_isas()).c_str());
+    std::printf("isa supported  %s\n", join(attend::supported_isas()).c_str());
+    std::printf("isa active     %s (cap with ATTEND_ISA=generic|avx2|avx512)\n", active.c_str());
+    std::printf("caches         L1d %s, L2 %s, L3 %s\n", l1d.c_str(), l2.c_str(), l3.c_str());
+    std::printf("omp threads    %d\n", omp_get_max_threads());
+    std::printf("onednn         %s\n", onednn.c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One command from a fresh Debian 12 machine to a result:
+#   tools/bootstrap.sh bench   install what is missing, build Release, run the quick benchmark suite
+#   tools/bootstrap.sh test    install what is missing, build Release, run the whole test suite
+#   tools/bootstrap.sh build   install what is missing and build only
+# Extra arguments after the verb go to attend-bench (bench) or ctest (test).
+# Environment: BUILD_DIR (default build), JOBS (default nproc).
+set -euo pipefail
+
+verb="${1:-}"
+case "$verb" in bench | test | build) shift ;; *)
+  echo "usage: $0 bench|test|build [args...]" >&2
+  exit 2
+  ;;
+esac
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BUILD_DIR:-$root/build}"
+jobs="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
+
+# Debian packages attend needs to build, test and benchmark. OpenMP comes with g++ (libgomp).
+packages=(g++ cmake make libdnnl-dev libxsimd-dev libgtest-dev libbenchmark-dev ocl-icd-opencl-dev)
+
+missing=()
+for p in "${packages[@]}"; do
+  status="$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)"
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  echo "bootstrap: installing missing Debian packages: ${missing[*]}"
+  sudo=()
+  if [[ "$(id -u)" != 0 ]]; then
+    command -v sudo >/dev/null || { echo "bootstrap: not root and no sudo; install: ${missing[*]}" >&2; exit 1; }
+    sudo=(sudo)
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release
+cmake --build "$build" -j "$jobs"
+
+case "$verb" in
+  bench) exec "$build/bin/attend-bench" "$@" ;;
+  test) exec ctest --test-dir "$build" --output-on-failure -j "$jobs" "$@" ;;
+  build) ;;
+esac
