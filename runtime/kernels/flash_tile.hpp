@@ -52,8 +52,8 @@ struct Tiles {
   static constexpr bool kWideRegs = (W == 16);
   static constexpr int kMaxRowVectors = 4;               // Sᵀ tile: ≤ 4 vectors of query rows
   static constexpr int kBlockRows = kMaxRowVectors * W;  // query rows per wide block
-  static constexpr int kBlockKeys = 64;                  // keys per wide tile
-  static constexpr int kScoreKeys = kWideRegs ? 4 : 3;   // keys per score microkernel call
+  static constexpr int kBlockKeys = kWideRegs ? 96 : 64;                // keys per wide tile
+  static constexpr int kScoreKeys = kWideRegs ? 6 : 3;   // keys per score microkernel call
   static constexpr int kAccRegs = kWideRegs ? 24 : 12;   // accumulator budget of the P·V microkernel
   static constexpr int kPvRows = kWideRegs ? 6 : 3;      // rows per P·V microkernel call
   static constexpr int kNarrowMaxRows = W / 2 > 1 ? W / 2 : 1;
