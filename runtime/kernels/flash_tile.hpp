@@ -50,12 +50,12 @@ template <class Arch>
 struct Tiles {
   static constexpr int W = vfloat<Arch>::size;
   static constexpr bool kWideRegs = (W == 16);
-  static constexpr int kMaxRowVectors = 4;               // Sᵀ tile: ≤ 4 vectors of query rows
-  static constexpr int kBlockRows = kMaxRowVectors * W;  // query rows per wide block
-  static constexpr int kBlockKeys = kWideRegs ? 96 : 64;                // keys per wide tile
-  static constexpr int kScoreKeys = kWideRegs ? 6 : 3;   // keys per score microkernel call
-  static constexpr int kAccRegs = kWideRegs ? 24 : 12;   // accumulator budget of the P·V microkernel
-  static constexpr int kPvRows = kWideRegs ? 6 : 3;      // rows per P·V microkernel call
+  static constexpr int kMaxRowVectors = 4;                // Sᵀ tile: ≤ 4 vectors of query rows
+  static constexpr int kBlockRows = kMaxRowVectors * W;   // query rows per wide block
+  static constexpr int kBlockKeys = kWideRegs ? 96 : 64;  // keys per wide tile
+  static constexpr int kScoreKeys = kWideRegs ? 6 : 3;    // keys per score microkernel call
+  static constexpr int kAccRegs = kWideRegs ? 24 : 12;    // accumulator budget of the P·V microkernel
+  static constexpr int kPvRows = kWideRegs ? 6 : 3;       // rows per P·V microkernel call
   static constexpr int kNarrowMaxRows = W / 2 > 1 ? W / 2 : 1;
   static constexpr int kNarrowBlockKeys = 256;
   static_assert(kNarrowMaxRows <= 16, "narrow path keeps per-row ranges in arrays of 16");
@@ -433,6 +433,51 @@ void flash_wide(const FlashWork& w, float* scratch) {
   write_rows<Arch>(w, rows, oacc, dvp, m, l);
 }
 
+// S[r][j] for NR rows × KG = W/NR keys starting at `kbase` (rows `ldk` floats apart; keys past `keys`
+// read the zero row), one transpose-sum per W/NR keys. Writes rows < `rows` of S.
+template <class Arch, int NR>
+void narrow_scores(const float* kbase, int64_t ldk, int64_t keys, const float* q, int64_t depth, const float* zeros,
+                   float* s, int64_t lds, int64_t rows) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size, KG = W / NR;
+  alignas(64) float sums[W];
+  for (int64_t j = 0; j < W; j += KG) {
+    const float* kp[KG];
+    for (int k = 0; k < KG; ++k) kp[k] = j + k < keys ? kbase + (j + k) * ldk : zeros;
+    B acc[W];
+    for (int i = 0; i < W; ++i) acc[i] = B(0.0f);
+    for (int64_t d = 0; d < depth; d += W) {
+      B kv[KG];
+      for (int k = 0; k < KG; ++k) kv[k] = B::load_unaligned(kp[k] + d);
+      for (int r = 0; r < NR; ++r) {
+        const B qv = B::load_aligned(q + r * depth + d);
+        for (int k = 0; k < KG; ++k) acc[r * KG + k] = xsimd::fma(qv, kv[k], acc[r * KG + k]);
+      }
+    }
+    transpose_sum<Arch>(acc).store_aligned(sums);
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(s + r * lds + j, sums + r * KG, sizeof(float) * KG);
+  }
+}
+
+template <class Arch>
+void narrow_scores_dispatch(int row_pack, const float* k, int64_t ldk, int64_t keys, const float* q, int64_t depth,
+                            const float* zeros, float* s, int64_t lds, int64_t rows) {
+  constexpr int W = vfloat<Arch>::size;
+  switch (row_pack) {
+    case 1: return narrow_scores<Arch, 1>(k, ldk, keys, q, depth, zeros, s, lds, rows);
+    case 2: return narrow_scores<Arch, 2>(k, ldk, keys, q, depth, zeros, s, lds, rows);
+    case 4:
+      if constexpr (W >= 4) return narrow_scores<Arch, 4>(k, ldk, keys, q, depth, zeros, s, lds, rows);
+      break;
+    case 8:
+      if constexpr (W >= 8) return narrow_scores<Arch, 8>(k, ldk, keys, q, depth, zeros, s, lds, rows);
+      break;
+    case 16:
+      if constexpr (W >= 16) return narrow_scores<Arch, 16>(k, ldk, keys, q, depth, zeros, s, lds, rows);
+      break;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Narrow path: a few query rows (decode). Requires head_dim % W == 0.
 
@@ -475,29 +520,24 @@ void flash_narrow(const FlashWork& w, float* scratch) {
   alignas(64) static constexpr float kIota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   const B iota = B::load_aligned(kIota);
 
-  const float* kp[W];
-  B acc[W];
+  // Rows are processed in packs of a power of two; padding rows of the pack have zero queries.
+  int row_pack = 1;
+  while (row_pack < nr) row_pack *= 2;
+  for (int64_t r = nr; r < row_pack; ++r) std::memset(qn + r * depth, 0, sizeof(float) * depth);
   for (int64_t j0 = key_lo; j0 < key_hi; j0 += ldsn) {
     const int64_t nk = min64(ldsn, key_hi - j0);
     const int64_t nkp = round_up(nk, W);
-    // S = Q·Kᵀ: W keys at a time, one dot product per (row, key), reduced with haddp.
+    // S = Q·Kᵀ as dot products along D: NR rows × W/NR keys per transpose-sum, so each K vector
+    // loaded feeds NR FMAs.
     for (int64_t jg = 0; jg < nk; jg += W) {
-      for (int k = 0; k < W; ++k) kp[k] = (jg + k < nk) ? w.k + (j0 + jg + k) * w.k_row_stride : zeros;
       // With several rows per kv head (GQA) each key costs several dot products, and the hardware
       // prefetcher alone no longer keeps enough DRAM requests in flight: fetch the K rows two
       // groups ahead and this group's V rows (read by the P·V pass of this tile) in advance.
       prefetch_rows(w.k + (j0 + jg + 2 * W) * w.k_row_stride, w.k_row_stride, min64(W, key_hi - (j0 + jg + 2 * W)),
                     depth);
       prefetch_rows(w.v + (j0 + jg) * w.v_row_stride, w.v_row_stride, min64(W, nk - jg), w.value_dim);
-      for (int64_t r = 0; r < nr; ++r) {
-        for (int k = 0; k < W; ++k) acc[k] = B(0.0f);
-        const float* q = qn + r * depth;
-        for (int64_t d = 0; d < depth; d += W) {
-          const B qv = B::load_aligned(q + d);
-          for (int k = 0; k < W; ++k) acc[k] = xsimd::fma(qv, B::load_unaligned(kp[k] + d), acc[k]);
-        }
-        transpose_sum<Arch>(acc).store_aligned(s + r * ldsn + jg);
-      }
+      narrow_scores_dispatch<Arch>(row_pack, w.k + (j0 + jg) * w.k_row_stride, w.k_row_stride, min64(W, nk - jg), qn,
+                                   depth, zeros, s + jg, ldsn, nr);
     }
     for (int64_t r = 0; r < nr; ++r) {
       float* sr = s + r * ldsn;
