@@ -153,6 +153,14 @@ void bm_attend(benchmark::State& state, const NamedShape* ns) {
   if (!w.error.empty()) return state.SkipWithError(w.error.c_str());
   timed_loop(state, ns->decode, [&] { run_attend(ns->shape, w.q.data(), w.k.data(), w.v.data(), w.o.data()); });
   set_counters(state, ns->shape, io_bytes(ns->shape));
+  const SdpaShape& s = ns->shape;
+  SdpaOptions opt;
+  opt.causal = s.causal;
+  state.counters["workspace_MiB"] =
+      static_cast<double>(sdpa_workspace_bytes(TensorView::dense(w.q.data(), {s.B, s.Hq, s.Nq, s.D}),
+                                               TensorView::dense(w.k.data(), {s.B, s.Hkv, s.Nk, s.D}),
+                                               TensorView::dense(w.v.data(), {s.B, s.Hkv, s.Nk, s.D}), opt)) /
+      (1 << 20);
 }
 
 void bm_onednn(benchmark::State& state, const NamedShape* ns) {

@@ -3,6 +3,7 @@
 
 #include <attend/isa.hpp>
 #include <attend/tensor_view.hpp>
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -59,5 +60,12 @@ struct SdpaOptions {
 /// or itself, or a forced ISA is unavailable.
 void scaled_dot_product_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                                   const SdpaOptions& options = {});
+
+/// Extra memory in bytes a call with these shapes and options uses, summed over its threads:
+/// per-thread tile scratch (reused across calls) plus, for decode-shaped calls, the split-K
+/// partial states. Independent of the sequence lengths except through the ≤ 16 key splits.
+/// Throws attend::Error for shapes scaled_dot_product_attention would reject.
+size_t sdpa_workspace_bytes(const TensorView& q, const TensorView& k, const TensorView& v,
+                            const SdpaOptions& options = {});
 
 }  // namespace attend

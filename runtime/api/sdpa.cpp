@@ -124,6 +124,20 @@ Validated validate(const TensorView& q, const TensorView& k, const TensorView& v
 
 }  // namespace
 
+size_t sdpa_workspace_bytes(const TensorView& q, const TensorView& k, const TensorView& v, const SdpaOptions& opt) {
+  check_view("q", q);
+  check_view("k", k);
+  check_view("v", v);
+  if (q.dim(3) == 0 || v.dim(3) == 0) fail("head dims must be > 0");
+  if (k.dim(1) == 0 || q.dim(1) % k.dim(1) != 0) fail("q heads must be a multiple of kv heads (GQA)");
+  const kernels::KernelTable& table = dispatch::kernel_table_for(opt.isa);
+  const plan::AttentionPlan p =
+      plan::make_plan(table, q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), v.dim(3));
+  const int64_t threads =
+      std::min<int64_t>(parallel::resolve_threads(opt.num_threads), std::max<int64_t>(1, p.items()));
+  return sizeof(float) * (static_cast<size_t>(threads) * p.scratch_floats + p.partial_floats());
+}
+
 void scaled_dot_product_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                                   const SdpaOptions& opt) {
   const Validated s = validate(q, k, v, o, opt);

@@ -256,3 +256,37 @@ TEST(SdpaInvalid, ValidCallStillWorksAfterRejections) {
 
 }  // namespace
 }  // namespace attend::testing
+
+namespace attend::testing {
+namespace {
+
+TEST(SdpaWorkspace, IndependentOfSequenceLengthForPrefill) {
+  // O(threads × tile): doubling N leaves the prefill workspace unchanged.
+  float x = 0.0f;
+  auto bytes = [&](int64_t n) {
+    SdpaOptions opt;
+    opt.num_threads = 2;
+    return sdpa_workspace_bytes(TensorView(&x, {1, 8, n, 64}, {0, 0, 0, 1}),
+                                TensorView(&x, {1, 8, n, 64}, {0, 0, 0, 1}),
+                                TensorView(&x, {1, 8, n, 64}, {0, 0, 0, 1}), opt);
+  };
+  EXPECT_GT(bytes(1024), 0u);
+  EXPECT_EQ(bytes(1024), bytes(8192));
+  EXPECT_LT(bytes(8192), size_t{2} << 20);
+}
+
+TEST(SdpaWorkspace, DecodeSplitsAreBounded) {
+  // Split-K partials are capped at 16 splits, so a 16× longer cache costs at most a bounded amount more.
+  float x = 0.0f;
+  auto bytes = [&](int64_t nk) {
+    SdpaOptions opt;
+    opt.num_threads = 2;
+    return sdpa_workspace_bytes(TensorView(&x, {1, 32, 1, 128}, {0, 0, 0, 1}),
+                                TensorView(&x, {1, 32, nk, 128}, {0, 0, 0, 1}),
+                                TensorView(&x, {1, 32, nk, 128}, {0, 0, 0, 1}), opt);
+  };
+  EXPECT_EQ(bytes(16384), bytes(1 << 20));
+}
+
+}  // namespace
+}  // namespace attend::testing
