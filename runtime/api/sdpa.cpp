@@ -8,8 +8,7 @@
 #include <string>
 
 #include "../dispatch/registry.hpp"
-#include "../parallel/scheduler.hpp"
-#include "../plan/attention_plan.hpp"
+#include "../exec/attention.hpp"
 
 namespace attend {
 namespace {
@@ -130,115 +129,52 @@ size_t sdpa_workspace_bytes(const TensorView& q, const TensorView& k, const Tens
   check_view("v", v);
   if (q.dim(3) == 0 || v.dim(3) == 0) fail("head dims must be > 0");
   if (k.dim(1) == 0 || q.dim(1) % k.dim(1) != 0) fail("q heads must be a multiple of kv heads (GQA)");
-  const kernels::KernelTable& table = dispatch::kernel_table_for(opt.isa);
-  const plan::AttentionPlan p =
-      plan::make_plan(table, q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), v.dim(3));
-  const int64_t threads =
-      std::min<int64_t>(parallel::resolve_threads(opt.num_threads), std::max<int64_t>(1, p.items()));
-  return sizeof(float) * (static_cast<size_t>(threads) * p.scratch_floats + p.partial_floats());
+  return exec::attention_workspace_bytes(dispatch::kernel_table_for(opt.isa), q.dim(0), q.dim(1), k.dim(1), q.dim(2),
+                                         k.dim(2), q.dim(3), v.dim(3), opt.num_threads);
 }
 
 void scaled_dot_product_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
                                   const SdpaOptions& opt) {
   const Validated s = validate(q, k, v, o, opt);
   const kernels::KernelTable& table = dispatch::kernel_table_for(opt.isa);
-  if (s.B == 0 || s.Hq == 0 || s.Nq == 0) return;
 
-  const plan::AttentionPlan p = plan::make_plan(table, s.B, s.Hq, s.Hkv, s.Nq, s.Nk, s.D, s.Dv);
-  const int threads = parallel::resolve_threads(opt.num_threads);
-
-  // Broadcast dimensions of the bias read with stride 0.
+  exec::Problem p;
+  p.batch = s.B;
+  p.q_heads = s.Hq;
+  p.kv_heads = s.Hkv;
+  p.num_queries = s.Nq;
+  p.head_dim = s.D;
+  p.value_dim = s.Dv;
+  p.q_head_stride = q.stride(1);
+  p.q_row_stride = q.stride(2);
+  p.k_head_stride = k.stride(1);
+  p.k_row_stride = k.stride(2);
+  p.v_head_stride = v.stride(1);
+  p.v_row_stride = v.stride(2);
+  p.o_head_stride = o.stride(1);
+  p.o_row_stride = o.stride(2);
+  p.causal = opt.causal;
+  p.window = opt.window;
+  p.scale = s.scale;
+  // Broadcast dimensions of the bias are read with stride 0.
   TensorView::Dims bstride{0, 0, 0, 0};
   if (opt.bias.data())
     for (int i = 0; i < 4; ++i) bstride[i] = opt.bias.dim(i) == 1 ? 0 : opt.bias.stride(i);
-
-  float* partial = p.key_splits > 1 ? parallel::thread_buffer(p.partial_floats(), 1) : nullptr;
-  const float scale_log2e = s.scale * 1.4426950408889634f;
-
-  // Items in head-major order, heaviest row block first within a head (causal rows late in the
-  // sequence see more keys), so both threads walk the same head's K/V while it is in cache.
-  auto run_item = [&](int64_t item) {
-    int64_t rest = item;
-    const int64_t split = rest % p.key_splits;
-    rest /= p.key_splits;
-    const int64_t block = p.row_blocks - 1 - rest % p.row_blocks;
-    rest /= p.row_blocks;
-    const int64_t hkv = rest % p.kv_heads;
-    const int64_t b = rest / p.kv_heads;
-    const int64_t h0 = hkv * p.group;
-
-    kernels::FlashWork w{};
-    w.q = q.data() + b * q.stride(0) + h0 * q.stride(1);
-    w.q_head_stride = q.stride(1);
-    w.q_row_stride = q.stride(2);
-    w.k = k.data() + b * k.stride(0) + hkv * k.stride(1);
-    w.k_row_stride = k.stride(2);
-    w.v = v.data() + b * v.stride(0) + hkv * v.stride(1);
-    w.v_row_stride = v.stride(2);
-    if (opt.bias.data()) {
-      w.bias = opt.bias.data() + b * bstride[0] + h0 * bstride[1];
-      w.bias_head_stride = bstride[1];
-      w.bias_row_stride = bstride[2];
-      w.bias_key_stride = bstride[3];
-    }
-    w.group = p.group;
-    w.row_begin = block * p.block_rows;
-    w.row_count = std::min(p.block_rows, p.group_rows - w.row_begin);
-    w.head_dim = s.D;
-    w.value_dim = s.Dv;
-    w.num_keys = s.Nk;
-    w.num_queries = s.Nq;
-    w.valid_keys = opt.kv_lens.empty() ? s.Nk : opt.kv_lens[b];
-    w.causal = opt.causal;
-    w.window = opt.window;
-    w.key_begin = split * p.split_keys;
-    w.key_end = std::min(s.Nk, w.key_begin + p.split_keys);
-    w.scale_log2e = scale_log2e;
-    w.o = o.mutable_data() + b * o.stride(0) + h0 * o.stride(1);
-    w.o_head_stride = o.stride(1);
-    w.o_row_stride = o.stride(2);
-    if (partial) {
-      // [b][hkv][split][row][Dv + 2]: accumulators first, then (max, sum) pairs.
-      float* base = partial + ((b * p.kv_heads + hkv) * p.key_splits + split) * p.group_rows * (s.Dv + 2);
-      w.partial_acc = base;
-      w.partial_ml = base + p.group_rows * s.Dv;
-    }
-    table.flash(w, parallel::thread_buffer(p.scratch_floats));
-  };
-  parallel::parallel_for(p.items(), threads, run_item);
-  if (!partial) return;
-
-  // Merge the split-K partial states in split order (fixed, so the result does not depend on which
-  // thread computed which split): O = Σ 2^(m_c − M)·acc_c / Σ 2^(m_c − M)·l_c.
-  auto merge = [&](int64_t bh) {
-    const int64_t b = bh / p.kv_heads, hkv = bh % p.kv_heads;
-    const size_t split_floats = static_cast<size_t>(p.group_rows * (s.Dv + 2));
-    const float* base = partial + static_cast<size_t>(bh * p.key_splits) * split_floats;
-    for (int64_t r = 0; r < p.group_rows; ++r) {
-      const int64_t i = r / p.group, g = r % p.group;
-      float* out = o.mutable_data() + b * o.stride(0) + (hkv * p.group + g) * o.stride(1) + i * o.stride(2);
-      float m = -INFINITY;
-      for (int64_t c = 0; c < p.key_splits; ++c) {
-        const float* ml = base + c * split_floats + p.group_rows * s.Dv;
-        m = std::max(m, ml[2 * r]);
-      }
-      float l = 0.0f;
-      for (int64_t d = 0; d < s.Dv; ++d) out[d] = 0.0f;
-      if (m == -INFINITY) continue;  // every key masked: zeros
-      for (int64_t c = 0; c < p.key_splits; ++c) {
-        const float* split_base = base + c * split_floats;
-        const float* ml = split_base + p.group_rows * s.Dv;
-        if (ml[2 * r + 1] == 0.0f) continue;
-        const float f = std::exp2(ml[2 * r] - m);
-        l += f * ml[2 * r + 1];
-        const float* acc = split_base + r * s.Dv;
-        for (int64_t d = 0; d < s.Dv; ++d) out[d] += f * acc[d];
-      }
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      for (int64_t d = 0; d < s.Dv; ++d) out[d] *= inv;
-    }
-  };
-  parallel::parallel_for(p.batch * p.kv_heads, threads, merge);
+  p.bias_head_stride = bstride[1];
+  p.bias_row_stride = bstride[2];
+  p.bias_key_stride = bstride[3];
+  p.entries.resize(static_cast<size_t>(s.B));
+  for (int64_t b = 0; b < s.B; ++b) {
+    exec::BatchEntry& e = p.entries[static_cast<size_t>(b)];
+    e.q = q.data() + b * q.stride(0);
+    e.k = k.data() + b * k.stride(0);
+    e.v = v.data() + b * v.stride(0);
+    e.o = o.mutable_data() + b * o.stride(0);
+    e.bias = opt.bias.data() ? opt.bias.data() + b * bstride[0] : nullptr;
+    e.num_keys = s.Nk;
+    e.valid_keys = opt.kv_lens.empty() ? s.Nk : opt.kv_lens[b];
+  }
+  exec::run_attention(p, table, opt.num_threads);
 }
 
 }  // namespace attend

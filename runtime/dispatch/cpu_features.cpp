@@ -24,7 +24,7 @@ CpuFeatures detect() {
   CpuFeatures f;
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
-  const bool fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+  const bool fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, avx = (c >> 28) & 1, f16c = (c >> 29) & 1;
   unsigned long long xcr0 = osxsave ? read_xcr0() : 0;
   const bool os_ymm = (xcr0 & 0x6) == 0x6;    // SSE + AVX state
   const bool os_zmm = (xcr0 & 0xe6) == 0xe6;  // + opmask, ZMM_Hi256, Hi16_ZMM
@@ -33,7 +33,7 @@ CpuFeatures detect() {
     const bool avx2 = (b7 >> 5) & 1;
     const bool avx512f = (b7 >> 16) & 1, avx512dq = (b7 >> 17) & 1, avx512cd = (b7 >> 28) & 1,
                avx512bw = (b7 >> 30) & 1;
-    f.avx2_fma = avx && avx2 && fma && os_ymm;
+    f.avx2_fma = avx && avx2 && fma && f16c && os_ymm;  // F16C widens f16 KV caches
     f.avx512 = f.avx2_fma && avx512f && avx512dq && avx512cd && avx512bw && os_zmm;
   }
   unsigned brand[12] = {};

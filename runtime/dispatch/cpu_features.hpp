@@ -6,7 +6,7 @@
 namespace attend::dispatch {
 
 struct CpuFeatures {
-  bool avx2_fma = false;  // AVX2 + FMA instructions and OS-enabled YMM state
+  bool avx2_fma = false;  // AVX2 + FMA + F16C instructions and OS-enabled YMM state
   bool avx512 = false;    // AVX-512 F/CD/DQ/BW instructions and OS-enabled opmask/ZMM state
   std::string model;      // brand string
 };

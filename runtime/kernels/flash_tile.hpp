@@ -24,8 +24,15 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <utility>
 #include <xsimd/xsimd.hpp>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 #include "kernel_table.hpp"
 
@@ -106,6 +113,92 @@ inline float horizontal_max(vfloat<Arch> v) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// K/V element types. bf16 and f16 are widened to f32 as they are loaded.
+
+struct Bf16 {
+  uint16_t bits;
+};
+struct F16 {
+  uint16_t bits;
+};
+
+inline float to_float(float x) { return x; }
+inline float to_float(Bf16 x) {
+  const uint32_t bits = static_cast<uint32_t>(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+inline float to_float(F16 x) {
+  const uint32_t sign = static_cast<uint32_t>(x.bits & 0x8000u) << 16;
+  uint32_t exp = (x.bits >> 10) & 0x1fu, mant = x.bits & 0x3ffu, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);  // inf / NaN
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    exp = 113;
+    while (!(mant & 0x400u)) {
+      mant <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+template <class Arch>
+inline vfloat<Arch> load_float(const float* p) {
+  return vfloat<Arch>::load_unaligned(p);
+}
+
+template <class Arch, class T>
+inline vfloat<Arch> load_float_scalar(const T* p) {
+  alignas(64) float tmp[vfloat<Arch>::size];
+  for (int i = 0; i < vfloat<Arch>::size; ++i) tmp[i] = to_float(p[i]);
+  return vfloat<Arch>::load_aligned(tmp);
+}
+
+template <class Arch>
+inline vfloat<Arch> load_float(const Bf16* p) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<Arch, xsimd::avx512bw>) {
+    const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+  } else if constexpr (std::is_same_v<Arch, xsimd::fma3<xsimd::avx2>>) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  } else if constexpr (std::is_same_v<Arch, xsimd::sse2>) {
+    const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+    return _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), h));
+  }
+#elif defined(__aarch64__)
+  if constexpr (std::is_same_v<Arch, xsimd::neon64>)
+    return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(reinterpret_cast<const uint16_t*>(p)), 16));
+#endif
+  return load_float_scalar<Arch>(p);
+}
+
+template <class Arch>
+inline vfloat<Arch> load_float(const F16* p) {
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<Arch, xsimd::avx512bw>) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  } else if constexpr (std::is_same_v<Arch, xsimd::fma3<xsimd::avx2>>) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));  // F16C
+  }
+#elif defined(__aarch64__)
+  if constexpr (std::is_same_v<Arch, xsimd::neon64>)
+    return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t*>(p))));
+#endif
+  return load_float_scalar<Arch>(p);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Microkernels. Each keeps an R × NV block of accumulators in registers.
 
 // Sᵀ[R keys][NV·W rows] = K[R keys]·Qᵀ panel. `krow[r]` points at key r's D values (read in place,
@@ -150,12 +243,12 @@ struct PvArgs {
   const float* alpha;
   const float* p;
   int64_t p_row_stride, p_key_stride;
-  const float* v;
+  const void* v;  // elements of the kernel's T
   int64_t ldv;
   int64_t keys;
 };
 
-template <class Arch, int R, int NV>
+template <class Arch, int R, int NV, class T>
 void pv_tile(const PvArgs& a) {
   using B = vfloat<Arch>;
   constexpr int W = B::size;
@@ -164,11 +257,11 @@ void pv_tile(const PvArgs& a) {
     const B al(a.alpha[r]);
     for (int n = 0; n < NV; ++n) acc[r][n] = B::load_aligned(a.o + r * a.ldo + n * W) * al;
   }
-  const float* v = a.v;
+  const T* v = static_cast<const T*>(a.v);
   const float* p = a.p;
   for (int64_t j = 0; j < a.keys; ++j, v += a.ldv, p += a.p_key_stride) {
     B vv[NV];
-    for (int n = 0; n < NV; ++n) vv[n] = B::load_unaligned(v + n * W);
+    for (int n = 0; n < NV; ++n) vv[n] = load_float<Arch>(v + n * W);
     for (int r = 0; r < R; ++r) {
       const B pb(p[r * a.p_row_stride]);
       for (int n = 0; n < NV; ++n) acc[r][n] = xsimd::fma(pb, vv[n], acc[r][n]);
@@ -187,9 +280,9 @@ constexpr auto make_score_table(std::integer_sequence<int, I...>) {
   return std::array<void (*)(const ScoreArgs&), sizeof...(I)>{
       &score_tile<Arch, I / kMaxScoreNV + 1, I % kMaxScoreNV + 1>...};
 }
-template <class Arch, int... I>
+template <class Arch, class T, int... I>
 constexpr auto make_pv_table(std::integer_sequence<int, I...>) {
-  return std::array<void (*)(const PvArgs&), sizeof...(I)>{&pv_tile<Arch, I / kMaxPvNV + 1, I % kMaxPvNV + 1>...};
+  return std::array<void (*)(const PvArgs&), sizeof...(I)>{&pv_tile<Arch, I / kMaxPvNV + 1, I % kMaxPvNV + 1, T>...};
 }
 
 template <class Arch>
@@ -198,16 +291,16 @@ inline void score_dispatch(int r, int nv, const ScoreArgs& a) {
   table[(r - 1) * kMaxScoreNV + (nv - 1)](a);
 }
 
-template <class Arch>
+template <class Arch, class T>
 inline void pv_dispatch(int r, int nv, const PvArgs& a) {
-  static constexpr auto table = make_pv_table<Arch>(std::make_integer_sequence<int, kMaxPvR * kMaxPvNV>{});
+  static constexpr auto table = make_pv_table<Arch, T>(std::make_integer_sequence<int, kMaxPvR * kMaxPvNV>{});
   table[(r - 1) * kMaxPvNV + (nv - 1)](a);
 }
 
-// O[rows][Dvp] = alpha·O + P·V over one key tile, split into register blocks.
-template <class Arch>
+// O[rows][Dvp] = alpha·O + P·V over one key tile, split into register blocks. V holds elements of E.
+template <class Arch, class E>
 void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int64_t p_row_stride, int64_t p_key_stride,
-              const float* v, int64_t ldv, int64_t rows, int64_t value_vectors, int64_t keys) {
+              const E* v, int64_t ldv, int64_t rows, int64_t value_vectors, int64_t keys) {
   using T = Tiles<Arch>;
   constexpr int W = T::W;
   for (int64_t r0 = 0; r0 < rows; r0 += T::kPvRows) {
@@ -224,16 +317,18 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
                v + c * W,
                ldv,
                keys};
-      pv_dispatch<Arch>(R, nv, a);
+      pv_dispatch<Arch, E>(R, nv, a);
     }
   }
 }
 
 // ---------------------------------------------------------------------------------------------
-// Prefetches `rows` rows of `cols` floats, `stride` floats apart, one request per cache line.
-inline void prefetch_rows(const float* p, int64_t stride, int64_t rows, int64_t cols) {
+// Prefetches `rows` rows of `cols` elements, `stride` elements apart, one request per cache line.
+template <class E>
+inline void prefetch_rows(const E* p, int64_t stride, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; c += 16) __builtin_prefetch(p + r * stride + c, 0, 3);
+    for (int64_t c = 0; c < cols; c += 64 / static_cast<int64_t>(sizeof(E)))
+      __builtin_prefetch(p + r * stride + c, 0, 3);
 }
 
 // Per-block bookkeeping shared by both paths.
@@ -282,23 +377,25 @@ void write_rows(const FlashWork& w, const RowMap& rows, const float* oacc, int64
   }
 }
 
-// Copies a tile of V rows into a zero-padded panel when Dv is not a multiple of the vector width,
-// so the P·V microkernel never reads past the end of a row.
-template <class Arch>
-const float* pad_values(const FlashWork& w, int64_t j0, int64_t keys, int64_t ldp, float* panel) {
-  if (w.value_dim % vfloat<Arch>::size == 0) return w.v + j0 * w.v_row_stride;
+// Converts `keys` rows of `cols` elements (row stride `ld` elements) to f32 rows `ldp` floats apart,
+// zero-padding each row to `ldp`.
+template <class E>
+void to_f32_panel(const E* src, int64_t ld, int64_t keys, int64_t cols, int64_t ldp, float* panel) {
   for (int64_t j = 0; j < keys; ++j) {
-    const float* src = w.v + (j0 + j) * w.v_row_stride;
-    float* dst = panel + j * ldp;
-    std::memcpy(dst, src, sizeof(float) * w.value_dim);
-    for (int64_t d = w.value_dim; d < ldp; ++d) dst[d] = 0.0f;
+    const E* in = src + j * ld;
+    float* out = panel + j * ldp;
+    if constexpr (std::is_same_v<E, float>) {
+      std::memcpy(out, in, sizeof(float) * cols);
+    } else {
+      for (int64_t d = 0; d < cols; ++d) out[d] = to_float(in[d]);
+    }
+    for (int64_t d = cols; d < ldp; ++d) out[d] = 0.0f;
   }
-  return panel;
 }
 
 // Scratch layout, in floats, each part 64-byte aligned.
 struct Layout {
-  int64_t qt, st, oacc, vpanel, m, l, alpha, lo, hi, zeros, total;
+  int64_t qt, st, oacc, kpanel, vpanel, m, l, alpha, lo, hi, zeros, total;
 };
 
 template <class Arch>
@@ -319,6 +416,7 @@ Layout make_layout(int64_t head_dim, int64_t value_dim, int64_t rows) {
   s.qt = take(dp * rows_p);
   s.st = take(keys * rows_p);
   s.oacc = take(rows_p * dvp);
+  s.kpanel = take(T::kBlockKeys * dp);
   s.vpanel = take(keys * dvp);
   s.m = take(rows_p);
   s.l = take(rows_p);
@@ -333,7 +431,7 @@ Layout make_layout(int64_t head_dim, int64_t value_dim, int64_t rows) {
 // ---------------------------------------------------------------------------------------------
 // Wide path: a block of up to kBlockRows query rows.
 
-template <class Arch>
+template <class Arch, class E>
 void flash_wide(const FlashWork& w, float* scratch) {
   using T = Tiles<Arch>;
   using B = vfloat<Arch>;
@@ -378,14 +476,28 @@ void flash_wide(const FlashWork& w, float* scratch) {
   }
   std::memset(oacc, 0, sizeof(float) * ldr * dvp);
 
+  const E* kbase = static_cast<const E*>(w.k);
+  const E* vbase = static_cast<const E*>(w.v);
+  constexpr bool kFloat = std::is_same_v<E, float>;
   const float* krow[kMaxScoreR];
   for (int64_t j0 = key_lo; j0 < key_hi; j0 += T::kBlockKeys) {
     const int64_t nk = min64(T::kBlockKeys, key_hi - j0);
 
+    // K is read in place (its elements broadcast); a bf16/f16 tile is first widened into a panel.
+    const float* ktile;
+    int64_t ldk;
+    if constexpr (kFloat) {
+      ktile = kbase + j0 * w.k_row_stride;
+      ldk = w.k_row_stride;
+    } else {
+      to_f32_panel(kbase + j0 * w.k_row_stride, w.k_row_stride, nk, depth, depth, scratch + L.kpanel);
+      ktile = scratch + L.kpanel;
+      ldk = depth;
+    }
     // Sᵀ = K·Qᵀ for this tile.
     for (int64_t jj = 0; jj < nk; jj += T::kScoreKeys) {
       const int R = static_cast<int>(min64(T::kScoreKeys, nk - jj));
-      for (int r = 0; r < R; ++r) krow[r] = w.k + (j0 + jj + r) * w.k_row_stride;
+      for (int r = 0; r < R; ++r) krow[r] = ktile + (jj + r) * ldk;
       ScoreArgs a{krow, qt, ldr, depth, st + jj * ldr, ldr};
       score_dispatch<Arch>(R, nvr, a);
     }
@@ -426,29 +538,32 @@ void flash_wide(const FlashWork& w, float* scratch) {
       m_new.store_aligned(m + n * W);
       a.store_aligned(alpha + n * W);
     }
-    const float* vtile = pad_values<Arch>(w, j0, nk, dvp, scratch + L.vpanel);
-    const int64_t ldv = (w.value_dim % W == 0) ? w.v_row_stride : dvp;
-    pv_block<Arch>(oacc, dvp, alpha, st, 1, ldr, vtile, ldv, nr, dvp / W, nk);
+    if (kFloat && w.value_dim % W == 0) {
+      pv_block<Arch>(oacc, dvp, alpha, st, 1, ldr, vbase + j0 * w.v_row_stride, w.v_row_stride, nr, dvp / W, nk);
+    } else {  // pad (and widen) V rows so the microkernel never reads past a row
+      to_f32_panel(vbase + j0 * w.v_row_stride, w.v_row_stride, nk, w.value_dim, dvp, scratch + L.vpanel);
+      pv_block<Arch>(oacc, dvp, alpha, st, 1, ldr, scratch + L.vpanel, dvp, nr, dvp / W, nk);
+    }
   }
   write_rows<Arch>(w, rows, oacc, dvp, m, l);
 }
 
 // S[r][j] for NR rows × KG = W/NR keys starting at `kbase` (rows `ldk` floats apart; keys past `keys`
 // read the zero row), one transpose-sum per W/NR keys. Writes rows < `rows` of S.
-template <class Arch, int NR>
-void narrow_scores(const float* kbase, int64_t ldk, int64_t keys, const float* q, int64_t depth, const float* zeros,
-                   float* s, int64_t lds, int64_t rows) {
+template <class Arch, int NR, class E>
+void narrow_scores(const E* kbase, int64_t ldk, int64_t keys, const float* q, int64_t depth, const E* zeros, float* s,
+                   int64_t lds, int64_t rows) {
   using B = vfloat<Arch>;
   constexpr int W = B::size, KG = W / NR;
   alignas(64) float sums[W];
   for (int64_t j = 0; j < W; j += KG) {
-    const float* kp[KG];
+    const E* kp[KG];
     for (int k = 0; k < KG; ++k) kp[k] = j + k < keys ? kbase + (j + k) * ldk : zeros;
     B acc[W];
     for (int i = 0; i < W; ++i) acc[i] = B(0.0f);
     for (int64_t d = 0; d < depth; d += W) {
       B kv[KG];
-      for (int k = 0; k < KG; ++k) kv[k] = B::load_unaligned(kp[k] + d);
+      for (int k = 0; k < KG; ++k) kv[k] = load_float<Arch>(kp[k] + d);
       for (int r = 0; r < NR; ++r) {
         const B qv = B::load_aligned(q + r * depth + d);
         for (int k = 0; k < KG; ++k) acc[r * KG + k] = xsimd::fma(qv, kv[k], acc[r * KG + k]);
@@ -459,21 +574,21 @@ void narrow_scores(const float* kbase, int64_t ldk, int64_t keys, const float* q
   }
 }
 
-template <class Arch>
-void narrow_scores_dispatch(int row_pack, const float* k, int64_t ldk, int64_t keys, const float* q, int64_t depth,
-                            const float* zeros, float* s, int64_t lds, int64_t rows) {
+template <class Arch, class E>
+void narrow_scores_dispatch(int row_pack, const E* k, int64_t ldk, int64_t keys, const float* q, int64_t depth,
+                            const E* zeros, float* s, int64_t lds, int64_t rows) {
   constexpr int W = vfloat<Arch>::size;
   switch (row_pack) {
-    case 1: return narrow_scores<Arch, 1>(k, ldk, keys, q, depth, zeros, s, lds, rows);
-    case 2: return narrow_scores<Arch, 2>(k, ldk, keys, q, depth, zeros, s, lds, rows);
+    case 1: return narrow_scores<Arch, 1, E>(k, ldk, keys, q, depth, zeros, s, lds, rows);
+    case 2: return narrow_scores<Arch, 2, E>(k, ldk, keys, q, depth, zeros, s, lds, rows);
     case 4:
-      if constexpr (W >= 4) return narrow_scores<Arch, 4>(k, ldk, keys, q, depth, zeros, s, lds, rows);
+      if constexpr (W >= 4) return narrow_scores<Arch, 4, E>(k, ldk, keys, q, depth, zeros, s, lds, rows);
       break;
     case 8:
-      if constexpr (W >= 8) return narrow_scores<Arch, 8>(k, ldk, keys, q, depth, zeros, s, lds, rows);
+      if constexpr (W >= 8) return narrow_scores<Arch, 8, E>(k, ldk, keys, q, depth, zeros, s, lds, rows);
       break;
     case 16:
-      if constexpr (W >= 16) return narrow_scores<Arch, 16>(k, ldk, keys, q, depth, zeros, s, lds, rows);
+      if constexpr (W >= 16) return narrow_scores<Arch, 16, E>(k, ldk, keys, q, depth, zeros, s, lds, rows);
       break;
   }
 }
@@ -481,7 +596,7 @@ void narrow_scores_dispatch(int row_pack, const float* k, int64_t ldk, int64_t k
 // ---------------------------------------------------------------------------------------------
 // Narrow path: a few query rows (decode). Requires head_dim % W == 0.
 
-template <class Arch>
+template <class Arch, class E>
 void flash_narrow(const FlashWork& w, float* scratch) {
   using T = Tiles<Arch>;
   using B = vfloat<Arch>;
@@ -497,7 +612,9 @@ void flash_narrow(const FlashWork& w, float* scratch) {
   float* m = scratch + L.m;
   float* l = scratch + L.l;
   float* alpha = scratch + L.alpha;
-  float* zeros = scratch + L.zeros;
+  float* zeros = scratch + L.zeros;  // a zero K row (all-zero bits are 0 in every element type)
+  const E* kbase = static_cast<const E*>(w.k);
+  const E* vbase = static_cast<const E*>(w.v);
   int64_t rlo[16], rhi[16];  // nr <= kNarrowMaxRows <= 8
 
   int64_t key_lo = w.key_end, key_hi = w.key_begin, max_lo = 0, min_hi = w.key_end;
@@ -533,11 +650,11 @@ void flash_narrow(const FlashWork& w, float* scratch) {
       // With several rows per kv head (GQA) each key costs several dot products, and the hardware
       // prefetcher alone no longer keeps enough DRAM requests in flight: fetch the K rows two
       // groups ahead and this group's V rows (read by the P·V pass of this tile) in advance.
-      prefetch_rows(w.k + (j0 + jg + 2 * W) * w.k_row_stride, w.k_row_stride, min64(W, key_hi - (j0 + jg + 2 * W)),
+      prefetch_rows(kbase + (j0 + jg + 2 * W) * w.k_row_stride, w.k_row_stride, min64(W, key_hi - (j0 + jg + 2 * W)),
                     depth);
-      prefetch_rows(w.v + (j0 + jg) * w.v_row_stride, w.v_row_stride, min64(W, nk - jg), w.value_dim);
-      narrow_scores_dispatch<Arch>(row_pack, w.k + (j0 + jg) * w.k_row_stride, w.k_row_stride, min64(W, nk - jg), qn,
-                                   depth, zeros, s + jg, ldsn, nr);
+      prefetch_rows(vbase + (j0 + jg) * w.v_row_stride, w.v_row_stride, min64(W, nk - jg), w.value_dim);
+      narrow_scores_dispatch<Arch, E>(row_pack, kbase + (j0 + jg) * w.k_row_stride, w.k_row_stride, min64(W, nk - jg),
+                                      qn, depth, reinterpret_cast<const E*>(zeros), s + jg, ldsn, nr);
     }
     for (int64_t r = 0; r < nr; ++r) {
       float* sr = s + r * ldsn;
@@ -569,20 +686,32 @@ void flash_narrow(const FlashWork& w, float* scratch) {
       m[r] = m_new;
       alpha[r] = a;
     }
-    const float* vtile = pad_values<Arch>(w, j0, nk, dvp, scratch + L.vpanel);
-    const int64_t ldv = (w.value_dim % W == 0) ? w.v_row_stride : dvp;
-    pv_block<Arch>(oacc, dvp, alpha, s, ldsn, 1, vtile, ldv, nr, dvp / W, nk);
+    if (w.value_dim % W == 0) {  // V read (and widened) in place
+      pv_block<Arch>(oacc, dvp, alpha, s, ldsn, 1, vbase + j0 * w.v_row_stride, w.v_row_stride, nr, dvp / W, nk);
+    } else {
+      to_f32_panel(vbase + j0 * w.v_row_stride, w.v_row_stride, nk, w.value_dim, dvp, scratch + L.vpanel);
+      pv_block<Arch>(oacc, dvp, alpha, s, ldsn, 1, scratch + L.vpanel, dvp, nr, dvp / W, nk);
+    }
   }
   write_rows<Arch>(w, rows, oacc, dvp, m, l);
 }
 
-template <class Arch>
-void flash(const FlashWork& w, float* scratch) {
+template <class Arch, class E>
+void flash_typed(const FlashWork& w, float* scratch) {
   using T = Tiles<Arch>;
   if (w.row_count <= T::kNarrowMaxRows && w.head_dim % T::W == 0)
-    flash_narrow<Arch>(w, scratch);
+    flash_narrow<Arch, E>(w, scratch);
   else
-    flash_wide<Arch>(w, scratch);
+    flash_wide<Arch, E>(w, scratch);
+}
+
+template <class Arch>
+void flash(const FlashWork& w, float* scratch) {
+  switch (w.kv_type) {
+    case KvType::f32: return flash_typed<Arch, float>(w, scratch);
+    case KvType::bf16: return flash_typed<Arch, Bf16>(w, scratch);
+    case KvType::f16: return flash_typed<Arch, F16>(w, scratch);
+  }
 }
 
 template <class Arch>

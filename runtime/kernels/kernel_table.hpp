@@ -8,6 +8,10 @@
 
 namespace attend::kernels {
 
+/// Element type of K and V. bf16 and f16 (a KV cache's storage) are converted to f32 as they are
+/// loaded; all arithmetic is f32.
+enum class KvType : int { f32, bf16, f16 };
+
 /// One block of query rows of one (batch, kv head) against one contiguous range of keys.
 ///
 /// Query rows are the G query heads that share the kv head, stacked position-major:
@@ -18,14 +22,15 @@ struct FlashWork {
   // Q for (b, first head of the group): element (g, i, d) at q[g*q_head_stride + i*q_row_stride + d].
   const float* q;
   int64_t q_head_stride, q_row_stride;
-  // K and V of (b, kv head): key j at k[j*k_row_stride + d], v[j*v_row_stride + d].
-  const float* k;
+  // K and V of (b, kv head), elements of `kv_type`: key j at k[j*k_row_stride + d], v[j*v_row_stride + d].
+  const void* k;
   int64_t k_row_stride;
-  const float* v;
+  const void* v;
   int64_t v_row_stride;
-  // Optional additive bias for (b, first head of the group), already in log2 units is NOT assumed:
-  // the kernel multiplies by log2(e). Element (g, i, j) at bias[g*bias_head_stride + i*bias_row_stride
-  // + j*bias_key_stride]; null when absent.
+  KvType kv_type;
+  // Optional additive bias for (b, first head of the group), in natural-log units (the kernel
+  // multiplies by log2 e). Element (g, i, j) at bias[g*bias_head_stride + i*bias_row_stride +
+  // j*bias_key_stride]; null when absent.
   const float* bias;
   int64_t bias_head_stride, bias_row_stride, bias_key_stride;
 

@@ -43,7 +43,7 @@ struct Buffer {
 }  // namespace
 
 float* thread_buffer(size_t floats, int slot) {
-  thread_local Buffer buffers[2];
+  thread_local Buffer buffers[kThreadBufferSlots];
   Buffer& b = buffers[slot];
   if (b.size < floats) {
     b.data.reset(static_cast<float*>(::operator new[](floats * sizeof(float), std::align_val_t(64))));

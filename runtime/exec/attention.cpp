@@ -1,0 +1,120 @@
+#include "attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "../parallel/scheduler.hpp"
+#include "../plan/attention_plan.hpp"
+
+namespace attend::exec {
+
+size_t attention_workspace_bytes(const kernels::KernelTable& table, int64_t batch, int64_t q_heads, int64_t kv_heads,
+                                 int64_t num_queries, int64_t max_keys, int64_t head_dim, int64_t value_dim,
+                                 int threads) {
+  const plan::AttentionPlan p =
+      plan::make_plan(table, batch, q_heads, kv_heads, num_queries, max_keys, head_dim, value_dim);
+  const int64_t t = std::min<int64_t>(parallel::resolve_threads(threads), std::max<int64_t>(1, p.items()));
+  return sizeof(float) * (static_cast<size_t>(t) * p.scratch_floats + p.partial_floats());
+}
+
+void run_attention(const Problem& pr, const kernels::KernelTable& table, int threads) {
+  if (pr.batch == 0 || pr.q_heads == 0 || pr.num_queries == 0) return;
+  int64_t max_keys = 0;
+  for (const BatchEntry& e : pr.entries) max_keys = std::max(max_keys, e.num_keys);
+  // Splits are planned for the longest entry; a shorter entry's extra splits are empty and merge
+  // as nothing. Only the shape decides them, so results do not depend on the thread count.
+  const plan::AttentionPlan p =
+      plan::make_plan(table, pr.batch, pr.q_heads, pr.kv_heads, pr.num_queries, max_keys, pr.head_dim, pr.value_dim);
+  const int nthreads = parallel::resolve_threads(threads);
+  float* partial = p.key_splits > 1 ? parallel::thread_buffer(p.partial_floats(), 1) : nullptr;
+  const float scale_log2e = pr.scale * 1.4426950408889634f;
+  const int64_t Dv = pr.value_dim;
+  const size_t kv_elem = pr.kv_type == kernels::KvType::f32 ? 4 : 2;
+
+  // Items in head-major order, heaviest row block first within a head (causal rows late in the
+  // sequence see more keys), so both threads walk the same head's K/V while it is in cache.
+  auto run_item = [&](int64_t item) {
+    int64_t rest = item;
+    const int64_t split = rest % p.key_splits;
+    rest /= p.key_splits;
+    const int64_t block = p.row_blocks - 1 - rest % p.row_blocks;
+    rest /= p.row_blocks;
+    const int64_t hkv = rest % p.kv_heads;
+    const int64_t b = rest / p.kv_heads;
+    const int64_t h0 = hkv * p.group;
+    const BatchEntry& e = pr.entries[static_cast<size_t>(b)];
+
+    kernels::FlashWork w{};
+    w.q = e.q + h0 * pr.q_head_stride;
+    w.q_head_stride = pr.q_head_stride;
+    w.q_row_stride = pr.q_row_stride;
+    w.k = static_cast<const char*>(e.k) + static_cast<size_t>(hkv * pr.k_head_stride) * kv_elem;
+    w.k_row_stride = pr.k_row_stride;
+    w.v = static_cast<const char*>(e.v) + static_cast<size_t>(hkv * pr.v_head_stride) * kv_elem;
+    w.v_row_stride = pr.v_row_stride;
+    w.kv_type = pr.kv_type;
+    if (e.bias) {
+      w.bias = e.bias + h0 * pr.bias_head_stride;
+      w.bias_head_stride = pr.bias_head_stride;
+      w.bias_row_stride = pr.bias_row_stride;
+      w.bias_key_stride = pr.bias_key_stride;
+    }
+    w.group = p.group;
+    w.row_begin = block * p.block_rows;
+    w.row_count = std::min(p.block_rows, p.group_rows - w.row_begin);
+    w.head_dim = pr.head_dim;
+    w.value_dim = Dv;
+    w.num_keys = e.num_keys;
+    w.num_queries = pr.num_queries;
+    w.valid_keys = e.valid_keys;
+    w.causal = pr.causal;
+    w.window = pr.window;
+    w.key_begin = std::min(e.num_keys, split * p.split_keys);
+    w.key_end = std::min(e.num_keys, w.key_begin + p.split_keys);
+    w.scale_log2e = scale_log2e;
+    w.o = e.o + h0 * pr.o_head_stride;
+    w.o_head_stride = pr.o_head_stride;
+    w.o_row_stride = pr.o_row_stride;
+    if (partial) {
+      // [b][hkv][split][row][Dv + 2]: accumulators first, then (max, sum) pairs.
+      float* base = partial + ((b * p.kv_heads + hkv) * p.key_splits + split) * p.group_rows * (Dv + 2);
+      w.partial_acc = base;
+      w.partial_ml = base + p.group_rows * Dv;
+    }
+    table.flash(w, parallel::thread_buffer(p.scratch_floats));
+  };
+  parallel::parallel_for(p.items(), nthreads, run_item);
+  if (!partial) return;
+
+  // Merge the split-K partial states in split order (fixed, so the result does not depend on which
+  // thread computed which split): O = Σ 2^(m_c − M)·acc_c / Σ 2^(m_c − M)·l_c.
+  auto merge = [&](int64_t bh) {
+    const int64_t b = bh / p.kv_heads, hkv = bh % p.kv_heads;
+    const BatchEntry& e = pr.entries[static_cast<size_t>(b)];
+    const size_t split_floats = static_cast<size_t>(p.group_rows * (Dv + 2));
+    const float* base = partial + static_cast<size_t>(bh * p.key_splits) * split_floats;
+    for (int64_t r = 0; r < p.group_rows; ++r) {
+      const int64_t i = r / p.group, g = r % p.group;
+      float* out = e.o + (hkv * p.group + g) * pr.o_head_stride + i * pr.o_row_stride;
+      float m = -INFINITY;
+      for (int64_t c = 0; c < p.key_splits; ++c) m = std::max(m, base[c * split_floats + p.group_rows * Dv + 2 * r]);
+      for (int64_t d = 0; d < Dv; ++d) out[d] = 0.0f;
+      if (m == -INFINITY) continue;  // every key masked: zeros
+      float l = 0.0f;
+      for (int64_t c = 0; c < p.key_splits; ++c) {
+        const float* split_base = base + c * split_floats;
+        const float* ml = split_base + p.group_rows * Dv;
+        if (ml[2 * r + 1] == 0.0f) continue;
+        const float f = std::exp2(ml[2 * r] - m);
+        l += f * ml[2 * r + 1];
+        const float* acc = split_base + r * Dv;
+        for (int64_t d = 0; d < Dv; ++d) out[d] += f * acc[d];
+      }
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      for (int64_t d = 0; d < Dv; ++d) out[d] *= inv;
+    }
+  };
+  parallel::parallel_for(p.batch * p.kv_heads, nthreads, merge);
+}
+
+}  // namespace attend::exec

@@ -1,0 +1,46 @@
+// Runs attention over per-batch K/V storage: the executor behind scaled_dot_product_attention and
+// the layer's KV-cache paths. Plain data in, no public types: the api/ layer translates.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "../kernels/kernel_table.hpp"
+
+namespace attend::exec {
+
+/// Where batch entry b's tensors start (head 0) and how many keys it has.
+struct BatchEntry {
+  const float* q;
+  const void* k;  // elements of Problem::kv_type
+  const void* v;
+  float* o;
+  const float* bias;   // (b, head 0) of the bias, or null
+  int64_t num_keys;    // Nk of this entry (causal alignment is bottom-right against it)
+  int64_t valid_keys;  // keys >= valid_keys are masked (<= num_keys)
+};
+
+struct Problem {
+  int64_t batch = 0, q_heads = 0, kv_heads = 0, num_queries = 0, head_dim = 0, value_dim = 0;
+  // Element strides (heads, rows); K/V strides count elements of kv_type.
+  int64_t q_head_stride = 0, q_row_stride = 0, k_head_stride = 0, k_row_stride = 0;
+  int64_t v_head_stride = 0, v_row_stride = 0, o_head_stride = 0, o_row_stride = 0;
+  int64_t bias_head_stride = 0, bias_row_stride = 0, bias_key_stride = 0;
+  kernels::KvType kv_type = kernels::KvType::f32;
+  bool causal = false;
+  int64_t window = 0;
+  float scale = 1.0f;  // already resolved (no 0 = 1/√D here)
+  std::vector<BatchEntry> entries;
+};
+
+/// Computes every output row of `p` with `table`'s kernels on up to `threads` threads.
+/// Deterministic for any thread count.
+void run_attention(const Problem& p, const kernels::KernelTable& table, int threads);
+
+/// Extra bytes run_attention would use for these sizes (per-thread scratch + split-K partials).
+size_t attention_workspace_bytes(const kernels::KernelTable& table, int64_t batch, int64_t q_heads, int64_t kv_heads,
+                                 int64_t num_queries, int64_t max_keys, int64_t head_dim, int64_t value_dim,
+                                 int threads);
+
+}  // namespace attend::exec

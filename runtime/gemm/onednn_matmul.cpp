@@ -1,0 +1,164 @@
+#include "onednn_matmul.hpp"
+
+#include <omp.h>
+
+#include <attend/error.hpp>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "../parallel/scheduler.hpp"
+
+namespace attend::gemm {
+namespace {
+
+using dnnl::memory;
+using dt = memory::data_type;
+using tag = memory::format_tag;
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  return eng;
+}
+
+// Round-to-nearest-even f32 → bf16 (NaN kept quiet). A plain loop the compiler vectorises.
+void to_bf16(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    uint32_t bits;
+    std::memcpy(&bits, &x[j], 4);
+    const uint32_t rounded = bits + 0x7fffu + ((bits >> 16) & 1u);
+    const bool nan = (bits & 0x7fffffffu) > 0x7f800000u;
+    y[j] = static_cast<uint16_t>(nan ? (bits >> 16) | 0x40u : rounded >> 16);
+  }
+}
+
+// Restores the calling thread's OpenMP thread count (oneDNN's OpenMP runtime sizes its parallel
+// regions from it, so this is how a call is limited to `threads`).
+class OmpThreadLimit {
+ public:
+  explicit OmpThreadLimit(int threads) : saved_(omp_get_max_threads()) {
+    if (threads > 0) omp_set_num_threads(threads);
+  }
+  ~OmpThreadLimit() { omp_set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
+
+}  // namespace
+
+struct Linear::Impl {
+  int64_t in = 0, out = 0;
+  WeightType type = WeightType::f32;
+  memory::desc packed_md;
+  memory weights, bias;
+  bool has_bias = false;
+
+  struct Entry {
+    dnnl::matmul prim;
+    size_t scratch_bytes;
+    std::string name;
+  };
+  mutable std::shared_mutex mutex;
+  mutable std::map<int64_t, std::shared_ptr<const Entry>> primitives;
+
+  dt src_type() const { return type == WeightType::bf16 ? dt::bf16 : dt::f32; }
+
+  dnnl::matmul::primitive_desc describe(int64_t m, const memory::desc& wmd) const {
+    memory::desc src({m, in}, src_type(), tag::ab), dst({m, out}, dt::f32, tag::ab);
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (has_bias) {
+      memory::desc bmd({1, out}, dt::f32, tag::ab);
+      return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wmd, bmd, dst), attr, cpu_engine());
+    }
+    return dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wmd, dst), attr, cpu_engine());
+  }
+
+  std::shared_ptr<const Entry> primitive(int64_t m) const {
+    {
+      std::shared_lock lock(mutex);
+      auto it = primitives.find(m);
+      if (it != primitives.end()) return it->second;
+    }
+    auto pd = describe(m, packed_md);
+    auto entry =
+        std::make_shared<const Entry>(Entry{dnnl::matmul(pd), pd.scratchpad_desc().get_size(), pd.impl_info_str()});
+    std::unique_lock lock(mutex);
+    if (primitives.size() >= 256) primitives.clear();  // bound the cache for workloads with many distinct m
+    return primitives.emplace(m, entry).first->second;
+  }
+};
+
+Linear::Linear(const float* w, bool out_in, int64_t in, int64_t out, const float* bias, WeightType type)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.in = in;
+  s.out = out;
+  s.type = type;
+  s.has_bias = bias != nullptr;
+  try {
+    // The layout the kernel for a typical prefill size prefers; oneDNN 2.6's brgemm matmul uses the
+    // same packing for every m, so one packed copy serves all row counts.
+    s.packed_md = s.describe(512, memory::desc({in, out}, s.src_type(), tag::any)).weights_desc();
+    // Source weights as f32 [in, out] (X·W) or [out, in] (nn.Linear, i.e. strides {1, in}).
+    memory::desc user_md({in, out}, dt::f32, out_in ? memory::dims{1, in} : memory::dims{out, 1});
+    memory user(user_md, cpu_engine(), const_cast<float*>(w));
+    s.weights = memory(s.packed_md, cpu_engine());
+    dnnl::stream strm(cpu_engine());
+    dnnl::reorder(user, s.weights).execute(strm, user, s.weights);
+    if (bias) {
+      s.bias = memory(memory::desc({1, out}, dt::f32, tag::ab), cpu_engine());
+      std::memcpy(s.bias.get_data_handle(), bias, sizeof(float) * out);
+    }
+    strm.wait();
+  } catch (const dnnl::error& e) {
+    throw Error(ErrorCode::unsupported, std::string("oneDNN could not create the projection: ") + e.what());
+  }
+}
+
+Linear::~Linear() = default;
+Linear::Linear(Linear&&) noexcept = default;
+Linear& Linear::operator=(Linear&&) noexcept = default;
+
+int64_t Linear::in() const { return impl_->in; }
+int64_t Linear::out() const { return impl_->out; }
+size_t Linear::weight_bytes() const { return impl_->packed_md.get_size(); }
+std::string Linear::implementation(int64_t m) const { return impl_->primitive(m)->name; }
+
+void Linear::run(const float* x, float* y, int64_t m, int threads) const {
+  if (m == 0) return;
+  const Impl& s = *impl_;
+  auto entry = s.primitive(m);
+  const size_t scratch_floats = (entry->scratch_bytes + 3) / 4 + 16;
+  const size_t src_floats = s.type == WeightType::bf16 ? static_cast<size_t>(m * s.in + 1) / 2 : 0;
+  float* scratch = parallel::thread_buffer(scratch_floats + src_floats, 2);
+
+  const dnnl::engine& eng = cpu_engine();
+  void* src_ptr = const_cast<float*>(x);
+  if (s.type == WeightType::bf16) {
+    src_ptr = scratch + scratch_floats;
+    to_bf16(x, static_cast<uint16_t*>(src_ptr), m * s.in);
+  }
+  memory src(memory::desc({m, s.in}, s.src_type(), tag::ab), eng, src_ptr);
+  memory dst(memory::desc({m, s.out}, dt::f32, tag::ab), eng, y);
+  memory scratchpad(memory::desc({static_cast<memory::dim>(scratch_floats * 4)}, dt::u8, tag::a), eng, scratch);
+  OmpThreadLimit limit(threads);
+  dnnl::stream strm(eng);
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, s.weights}, {DNNL_ARG_DST, dst}, {DNNL_ARG_SCRATCHPAD, scratchpad}};
+  if (s.has_bias) args.emplace(DNNL_ARG_BIAS, s.bias);
+  entry->prim.execute(strm, args);
+  strm.wait();
+}
+
+std::string onednn_version() {
+  const dnnl_version_t* v = dnnl::version();
+  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
+}
+
+}  // namespace attend::gemm
