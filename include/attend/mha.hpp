@@ -1,0 +1,126 @@
+// attend::MultiHeadAttention — one attention layer: projections on oneDNN, attention on attend's
+// fused kernels, optional rotary embedding, and KV-cache prefill/decode.
+#pragma once
+
+#include <attend/dtype.hpp>
+#include <attend/kv_cache.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace attend {
+
+/// How a projection matrix is laid out in memory.
+enum class WeightLayout {
+  out_in,  ///< [out, in] row-major: PyTorch nn.Linear.weight (y = x·Wᵀ)
+  in_out,  ///< [in, out] row-major: y = x·W
+};
+
+struct MhaConfig {
+  int64_t d_model = 0;     ///< model width (> 0)
+  int64_t n_heads = 0;     ///< query heads (> 0)
+  int64_t n_kv_heads = 0;  ///< key/value heads; 0 = n_heads. Must divide n_heads (GQA/MQA).
+  int64_t head_dim = 0;    ///< per-head width; 0 = d_model / n_heads (which must then divide)
+  bool bias = false;       ///< the four projections have biases
+  bool causal = false;     ///< forward() masks later tokens unless MhaOptions says otherwise
+  /// Rotary position embedding, Hugging Face Llama convention ("rotate_half": dimension i pairs
+  /// with i + head_dim/2; position = token index; angle = position · theta^(−2i/head_dim),
+  /// computed in double precision). Applied to Q and K; head_dim must be even.
+  bool rope = false;
+  double rope_theta = 10000.0;
+  /// Storage of the projection weights: f32, or bf16 (bf16 × bf16 products accumulated in f32:
+  /// activations are rounded to bf16 at the projection inputs, halving the weight bytes decode
+  /// reads). f16 weights are not supported.
+  DType weight_dtype = DType::f32;
+  /// Keep Q and K/V projections separate instead of fused into one GEMM. Set it for a layer used
+  /// for cross-attention, whose Q and K/V come from different sequences; self-attention calls
+  /// then run two GEMMs.
+  bool cross_attention = false;
+};
+
+/// Weights as f32 buffers (copied at construction; the caller may free them afterwards).
+/// Shapes, for out_in layout (in_out is the transpose): q [n_heads·head_dim, d_model],
+/// k and v [n_kv_heads·head_dim, d_model], o [d_model, n_heads·head_dim]. Biases have the
+/// projections' output sizes and are required iff MhaConfig::bias.
+struct MhaWeights {
+  WeightLayout layout = WeightLayout::out_in;
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const float* o = nullptr;
+  const float* q_bias = nullptr;
+  const float* k_bias = nullptr;
+  const float* v_bias = nullptr;
+  const float* o_bias = nullptr;
+};
+
+struct MhaOptions {
+  /// Overrides MhaConfig::causal for this call.
+  std::optional<bool> causal;
+  /// Per-sequence valid token counts (size = batch, each in [0, tokens]): keys at or past a
+  /// sequence's length are masked (padding). Outputs of padded query positions are computed but
+  /// meaningless. Empty = all tokens valid.
+  std::span<const int64_t> lengths{};
+  /// RoPE position of the first token (positions are first_position + t).
+  int64_t first_position = 0;
+  /// Threads for this call (0 = OpenMP's default).
+  int num_threads = 0;
+};
+
+/// An immutable attention layer. Every member function is const and safe to call from many
+/// threads at once (each call uses its own scratch; callers give each thread its own KVCache).
+/// Activations are dense row-major f32: x and y are [batch, tokens, d_model].
+/// Every call validates its arguments first and throws attend::Error without writing anything.
+class MultiHeadAttention {
+ public:
+  MultiHeadAttention(const MhaConfig& config, const MhaWeights& weights);
+  ~MultiHeadAttention();
+  MultiHeadAttention(MultiHeadAttention&&) noexcept;
+  MultiHeadAttention& operator=(MultiHeadAttention&&) noexcept;
+
+  /// The configuration with defaults resolved (n_kv_heads, head_dim filled in).
+  const MhaConfig& config() const;
+
+  /// Self-attention over x without a cache. y may not overlap x.
+  void forward(const float* x, float* y, int64_t batch, int64_t tokens, const MhaOptions& options = {}) const;
+
+  /// Prefill or decode with a cache: projects the `tokens` new tokens of each sequence
+  /// `seqs[b]` (distinct slots), appends their K/V (rotated, if RoPE, at positions
+  /// length(seq) + t) to the cache, attends causally over everything cached for that sequence,
+  /// and writes y [batch, tokens, d_model]. Sequences may have different cached lengths.
+  /// Throws attend::Error, leaving the cache unchanged, if any sequence would exceed capacity.
+  void forward_cached(const float* x, float* y, int64_t batch, int64_t tokens, KVCache& cache,
+                      std::span<const int64_t> seqs, int num_threads = 0) const;
+
+  /// Cross-attention set-up: projects `memory` [batch, tokens, d_model] to K/V (no RoPE) and
+  /// stores them as the whole content of slot seqs[b] (replacing what was there).
+  void set_memory(const float* memory, int64_t batch, int64_t tokens, KVCache& cache, std::span<const int64_t> seqs,
+                  int num_threads = 0) const;
+
+  /// Cross-attention: Q from x, K/V from the slots filled by set_memory, no mask, no RoPE.
+  void cross_attend(const float* x, float* y, int64_t batch, int64_t tokens, const KVCache& cache,
+                    std::span<const int64_t> seqs, int num_threads = 0) const;
+
+  /// Attention weights for inspection (a slow, materialising path): the softmax matrix of each
+  /// head in `heads` for self-attention over x with forward()'s masks, as
+  /// [batch, heads.size(), tokens, tokens]. Fully masked rows are zeros.
+  std::vector<float> attention_weights(const float* x, int64_t batch, int64_t tokens, std::span<const int64_t> heads,
+                                       const MhaOptions& options = {}) const;
+
+  /// Bytes of the packed projection weights.
+  size_t weight_bytes() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Adds the original Transformer's fixed sinusoidal position encoding to x [batch, tokens,
+/// d_model] in place: PE(p, 2i) = sin(p / 10000^(2i/d_model)), PE(p, 2i+1) = cos(…), for
+/// positions p = first_position + t.
+void add_sinusoidal_positions(float* x, int64_t batch, int64_t tokens, int64_t d_model, int64_t first_position = 0);
+
+}  // namespace attend

@@ -1,0 +1,20 @@
+// The layer's view of a KVCache's storage (runtime-internal).
+#pragma once
+
+#include <attend/kv_cache.hpp>
+#include <cstdint>
+
+namespace attend::detail {
+
+struct KVCacheAccess {
+  /// Element bytes of the storage type (4 or 2).
+  static int64_t element_bytes(const KVCache& c);
+  /// K / V of `seq`, kv head 0, token 0. Heads are capacity·head_dim elements apart, tokens head_dim.
+  static void* keys(KVCache& c, int64_t seq);
+  static void* values(KVCache& c, int64_t seq);
+  static const void* keys(const KVCache& c, int64_t seq);
+  static const void* values(const KVCache& c, int64_t seq);
+  static void set_length(KVCache& c, int64_t seq, int64_t length);
+};
+
+}  // namespace attend::detail

@@ -1,0 +1,56 @@
+// Scalar f32 ↔ bf16/f16 conversions (round to nearest even) for the runtime side: appending to a
+// KV cache (a few KiB per token) and the slow inspection paths. The hot path — widening during
+// attention — is vectorised in the kernels.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace attend::numeric {
+
+inline uint32_t bits_of(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return b;
+}
+inline float float_of(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+inline uint16_t to_bf16(float f) {
+  const uint32_t b = bits_of(f);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((b >> 16) | 0x40u);  // quiet NaN
+  return static_cast<uint16_t>((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
+inline float from_bf16(uint16_t h) { return float_of(static_cast<uint32_t>(h) << 16); }
+
+inline uint16_t to_f16(float f) {
+  const uint32_t b = bits_of(f);
+  const uint16_t sign = static_cast<uint16_t>((b >> 16) & 0x8000u);
+  const uint32_t a = b & 0x7fffffffu;
+  if (a > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (a >= 0x477ff000u) return sign | 0x7c00u;  // ≥ 65520 rounds to infinity (inf included)
+  if (a < 0x38800000u) {                        // below 2^-14: f16 subnormal or zero
+    // f·2^24 is exact in f32; rounding it to an integer (nearest even) gives the subnormal's
+    // mantissa, and 1024 correctly becomes the smallest normal.
+    return sign | static_cast<uint16_t>(std::nearbyint(float_of(a) * 16777216.0f));
+  }
+  uint32_t h = ((a >> 23) - 112) << 10 | ((a >> 13) & 0x3ffu);
+  const uint32_t rest = a & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // a carry into the exponent is right
+  return sign | static_cast<uint16_t>(h);
+}
+
+inline float from_f16(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0x1f) return float_of(sign | 0x7f800000u | (mant << 13));
+  if (exp == 0) return (sign ? -1.0f : 1.0f) * static_cast<float>(mant) * (1.0f / 16777216.0f);
+  return float_of(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+}  // namespace attend::numeric
