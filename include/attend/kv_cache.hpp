@@ -2,9 +2,12 @@
 #pragma once
 
 #include <attend/dtype.hpp>
+#include <attend/sdpa.hpp>
+#include <attend/tensor_view.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 namespace attend {
 
@@ -51,10 +54,26 @@ class KVCache {
   /// Bytes of K and V storage.
   size_t memory_bytes() const;
 
+  /// Appends `tokens` tokens to `seq` without attending: k and v are f32 views of shape
+  /// [1, kv_heads, tokens, head_dim] (any non-negative strides, last dimension contiguous),
+  /// converted to the storage type. Throws attend::Error, changing nothing, on a shape mismatch
+  /// or if the sequence would exceed its capacity.
+  void append(int64_t seq, const TensorView& k, const TensorView& v);
+
  private:
   friend struct detail::KVCacheAccess;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// Attention over cached sequences, for callers that run their own projections: appends k_new
+/// and v_new [B, Hkv, N, D] to slots seqs[b] (distinct), then computes
+/// o = softmax(q·Kᵀ·scale)·V over everything each slot then holds, causally — new token i sits at
+/// position length_before + i. q and o are [B, Hq, N, D] (strided views allowed, as for
+/// scaled_dot_product_attention). From `options` it honours scale, window, num_threads and isa;
+/// causal is implied; kv_lens and bias are rejected (lengths come from the cache).
+/// Throws attend::Error before changing the cache or o.
+void cached_attention(const TensorView& q, const TensorView& k_new, const TensorView& v_new, KVCache& cache,
+                      std::span<const int64_t> seqs, const TensorView& o, const SdpaOptions& options = {});
 
 }  // namespace attend

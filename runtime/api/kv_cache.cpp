@@ -1,9 +1,14 @@
 #include <attend/error.hpp>
 #include <attend/kv_cache.hpp>
+#include <cmath>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "../dispatch/registry.hpp"
+#include "../exec/attention.hpp"
+#include "../numeric/convert.hpp"
 #include "kv_cache_access.hpp"
 
 namespace attend {
@@ -66,6 +71,108 @@ void KVCache::truncate(int64_t seq, int64_t tokens) {
 
 size_t KVCache::memory_bytes() const { return 2 * impl_->slot_bytes * static_cast<size_t>(impl_->config.slots); }
 
+namespace {
+
+std::string dims(const TensorView& t) {
+  std::ostringstream s;
+  s << '[' << t.dim(0) << ',' << t.dim(1) << ',' << t.dim(2) << ',' << t.dim(3) << ']';
+  return s.str();
+}
+
+// New K/V views [B, Hkv, N, D] against the cache: shapes, pointers, strides.
+void check_new_kv(const char* who, const KVCacheConfig& c, const TensorView& k, const TensorView& v, int64_t batch) {
+  for (const TensorView* t : {&k, &v}) {
+    if (t->dim(0) != batch || t->dim(1) != c.kv_heads || t->dim(3) != c.head_dim || t->dim(2) < 0)
+      fail(std::string(who) + ": k/v must be [" + std::to_string(batch) + ", " + std::to_string(c.kv_heads) + ", N, " +
+           std::to_string(c.head_dim) + "], got k " + dims(k) + ", v " + dims(v));
+    for (int i = 0; i < 4; ++i)
+      if (t->stride(i) < 0) fail(std::string(who) + ": negative stride");
+    if (t->stride(3) != 1 && t->dim(3) > 1) fail(std::string(who) + ": k/v last dimension must be contiguous");
+    if (t->numel() > 0 && !t->data()) fail(std::string(who) + ": null k/v data");
+  }
+  if (k.dim(2) != v.dim(2)) fail(std::string(who) + ": k has " + dims(k) + " but v " + dims(v));
+}
+
+}  // namespace
+
+void KVCache::append(int64_t seq, const TensorView& k, const TensorView& v) {
+  check_new_kv("KVCache::append", impl_->config, k, v, 1);
+  const int64_t len = length(seq), n = k.dim(2);
+  if (len + n > impl_->config.capacity)
+    fail("append: sequence " + std::to_string(seq) + " holds " + std::to_string(len) + " tokens; " + std::to_string(n) +
+         " more exceed its capacity " + std::to_string(impl_->config.capacity));
+  for (int64_t h = 0; h < impl_->config.kv_heads; ++h)
+    for (int64_t t = 0; t < n; ++t)
+      detail::KVCacheAccess::store(*this, seq, h, len + t, k.data() + h * k.stride(1) + t * k.stride(2),
+                                   v.data() + h * v.stride(1) + t * v.stride(2));
+  impl_->lengths[static_cast<size_t>(seq)] = len + n;
+}
+
+void cached_attention(const TensorView& q, const TensorView& k_new, const TensorView& v_new, KVCache& cache,
+                      std::span<const int64_t> seqs, const TensorView& o, const SdpaOptions& opt) {
+  const KVCacheConfig& c = cache.config();
+  const int64_t B = q.dim(0), Hq = q.dim(1), N = q.dim(2), D = q.dim(3);
+  check_new_kv("cached_attention", c, k_new, v_new, B);
+  if (D != c.head_dim || k_new.dim(2) != N)
+    fail("cached_attention: q " + dims(q) + " does not match k_new " + dims(k_new));
+  if (o.dim(0) != B || o.dim(1) != Hq || o.dim(2) != N || o.dim(3) != D)
+    fail("cached_attention: o " + dims(o) + " must match q " + dims(q));
+  if (Hq <= 0 || Hq % c.kv_heads != 0) fail("cached_attention: q heads must be a positive multiple of kv heads");
+  if (!q.data() || !o.mutable_data()) fail("cached_attention: null or read-only q/o");
+  if (q.stride(3) != 1 || o.stride(3) != 1) fail("cached_attention: q/o last dimension must be contiguous");
+  if (!opt.kv_lens.empty() || opt.bias.data()) fail("cached_attention: kv_lens and bias are not supported");
+  if (opt.window < 0 || opt.num_threads < 0 || !std::isfinite(opt.scale)) fail("cached_attention: bad options");
+  if (static_cast<int64_t>(seqs.size()) != B) fail("cached_attention: seqs must have B entries");
+  std::vector<int64_t> start(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t seq = seqs[static_cast<size_t>(b)];
+    start[static_cast<size_t>(b)] = cache.length(seq);
+    for (int64_t j = 0; j < b; ++j)
+      if (seqs[static_cast<size_t>(j)] == seq) fail("cached_attention: sequence id appears twice");
+    if (start[static_cast<size_t>(b)] + N > c.capacity)
+      fail("cached_attention: sequence " + std::to_string(seq) + " would exceed its capacity " +
+           std::to_string(c.capacity));
+  }
+  const kernels::KernelTable& table = dispatch::kernel_table_for(opt.isa);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < c.kv_heads; ++h)
+      for (int64_t t = 0; t < N; ++t)
+        detail::KVCacheAccess::store(cache, seqs[static_cast<size_t>(b)], h, start[static_cast<size_t>(b)] + t,
+                                     k_new.data() + b * k_new.stride(0) + h * k_new.stride(1) + t * k_new.stride(2),
+                                     v_new.data() + b * v_new.stride(0) + h * v_new.stride(1) + t * v_new.stride(2));
+  for (int64_t b = 0; b < B; ++b)
+    detail::KVCacheAccess::set_length(cache, seqs[static_cast<size_t>(b)], start[static_cast<size_t>(b)] + N);
+
+  exec::Problem p;
+  p.batch = B;
+  p.q_heads = Hq;
+  p.kv_heads = c.kv_heads;
+  p.num_queries = N;
+  p.head_dim = p.value_dim = D;
+  p.q_head_stride = q.stride(1);
+  p.q_row_stride = q.stride(2);
+  p.o_head_stride = o.stride(1);
+  p.o_row_stride = o.stride(2);
+  p.k_head_stride = p.v_head_stride = c.capacity * D;
+  p.k_row_stride = p.v_row_stride = D;
+  p.kv_type = c.dtype == DType::f32    ? kernels::KvType::f32
+              : c.dtype == DType::bf16 ? kernels::KvType::bf16
+                                       : kernels::KvType::f16;
+  p.causal = true;
+  p.window = opt.window;
+  p.scale = opt.scale != 0.0f ? opt.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  p.entries.resize(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    exec::BatchEntry& e = p.entries[static_cast<size_t>(b)];
+    e.q = q.data() + b * q.stride(0);
+    e.o = o.mutable_data() + b * o.stride(0);
+    e.k = detail::KVCacheAccess::keys(cache, seqs[static_cast<size_t>(b)]);
+    e.v = detail::KVCacheAccess::values(cache, seqs[static_cast<size_t>(b)]);
+    e.num_keys = e.valid_keys = start[static_cast<size_t>(b)] + N;
+  }
+  exec::run_attention(p, table, opt.num_threads);
+}
+
 namespace detail {
 int64_t KVCacheAccess::element_bytes(const KVCache& c) { return c.impl_->element_bytes; }
 void* KVCacheAccess::keys(KVCache& c, int64_t seq) { return c.impl_->keys.get() + c.impl_->slot_bytes * seq; }
@@ -78,6 +185,31 @@ const void* KVCacheAccess::values(const KVCache& c, int64_t seq) {
 }
 void KVCacheAccess::set_length(KVCache& c, int64_t seq, int64_t length) {
   c.impl_->lengths[static_cast<size_t>(seq)] = length;
+}
+void KVCacheAccess::store(KVCache& c, int64_t seq, int64_t head, int64_t pos, const float* k, const float* v) {
+  const KVCacheConfig& cfg = c.impl_->config;
+  const int64_t hd = cfg.head_dim;
+  const size_t at = static_cast<size_t>((head * cfg.capacity + pos) * hd);
+  void* kb = keys(c, seq);
+  void* vb = values(c, seq);
+  switch (cfg.dtype) {
+    case DType::f32:
+      std::memcpy(static_cast<float*>(kb) + at, k, sizeof(float) * hd);
+      std::memcpy(static_cast<float*>(vb) + at, v, sizeof(float) * hd);
+      break;
+    case DType::bf16:
+      for (int64_t d = 0; d < hd; ++d) {
+        static_cast<uint16_t*>(kb)[at + d] = numeric::to_bf16(k[d]);
+        static_cast<uint16_t*>(vb)[at + d] = numeric::to_bf16(v[d]);
+      }
+      break;
+    case DType::f16:
+      for (int64_t d = 0; d < hd; ++d) {
+        static_cast<uint16_t*>(kb)[at + d] = numeric::to_f16(k[d]);
+        static_cast<uint16_t*>(vb)[at + d] = numeric::to_f16(v[d]);
+      }
+      break;
+  }
 }
 }  // namespace detail
 

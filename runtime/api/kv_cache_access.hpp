@@ -15,6 +15,9 @@ struct KVCacheAccess {
   static const void* keys(const KVCache& c, int64_t seq);
   static const void* values(const KVCache& c, int64_t seq);
   static void set_length(KVCache& c, int64_t seq, int64_t length);
+  /// Writes one token's K and V rows (head_dim f32 each) of kv head `head` at `pos`, converted to
+  /// the storage type. No checks: callers validated.
+  static void store(KVCache& c, int64_t seq, int64_t head, int64_t pos, const float* k, const float* v);
 };
 
 }  // namespace attend::detail

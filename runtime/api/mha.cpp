@@ -12,7 +12,6 @@
 #include "../dispatch/registry.hpp"
 #include "../exec/attention.hpp"
 #include "../gemm/onednn_matmul.hpp"
-#include "../numeric/convert.hpp"
 #include "../parallel/scheduler.hpp"
 #include "kv_cache_access.hpp"
 
@@ -169,41 +168,14 @@ struct MultiHeadAttention::Impl {
   template <class StartFn>
   void store_kv(KVCache& cache, std::span<const int64_t> seqs, const Projected& p, int64_t batch, int64_t tokens,
                 StartFn start) const {
-    const int64_t cap = cache.config().capacity;
-    const DType dtype = cache.config().dtype;
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t seq = seqs[static_cast<size_t>(b)];
-      void* kbase = detail::KVCacheAccess::keys(cache, seq);
-      void* vbase = detail::KVCacheAccess::values(cache, seq);
+    for (int64_t b = 0; b < batch; ++b)
       for (int64_t t = 0; t < tokens; ++t) {
         const float* krow = p.k + (b * tokens + t) * p.ldkv;
         const float* vrow = p.v + (b * tokens + t) * p.ldkv;
-        const int64_t pos = start(b) + t;
-        for (int64_t h = 0; h < hkv; ++h) {
-          const int64_t at = (h * cap + pos) * hd;
-          const float* ks = krow + h * hd;
-          const float* vs = vrow + h * hd;
-          switch (dtype) {
-            case DType::f32:
-              std::memcpy(static_cast<float*>(kbase) + at, ks, sizeof(float) * hd);
-              std::memcpy(static_cast<float*>(vbase) + at, vs, sizeof(float) * hd);
-              break;
-            case DType::bf16:
-              for (int64_t d = 0; d < hd; ++d) {
-                static_cast<uint16_t*>(kbase)[at + d] = numeric::to_bf16(ks[d]);
-                static_cast<uint16_t*>(vbase)[at + d] = numeric::to_bf16(vs[d]);
-              }
-              break;
-            case DType::f16:
-              for (int64_t d = 0; d < hd; ++d) {
-                static_cast<uint16_t*>(kbase)[at + d] = numeric::to_f16(ks[d]);
-                static_cast<uint16_t*>(vbase)[at + d] = numeric::to_f16(vs[d]);
-              }
-              break;
-          }
-        }
+        for (int64_t h = 0; h < hkv; ++h)
+          detail::KVCacheAccess::store(cache, seqs[static_cast<size_t>(b)], h, start(b) + t, krow + h * hd,
+                                       vrow + h * hd);
       }
-    }
   }
 
   // Fills the entries' K/V from cache slots with `keys(b)` keys each.

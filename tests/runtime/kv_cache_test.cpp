@@ -1,0 +1,123 @@
+// cached_attention / KVCache::append on every ISA path, against the double reference run on the
+// cache's contents as stored (widened from bf16/f16 exactly), so the only error measured is the
+// kernel's own. Covers the narrow decode path (N = 1, D a multiple of the vector width), the wide
+// path (N = 9, and D = 40 whose rows need padding) and split-K (1500 cached keys).
+#include <gtest/gtest.h>
+
+#include <attend/attend.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "../../runtime/numeric/convert.hpp"
+#include "../reference/reference_attention.hpp"
+
+namespace attend::testing {
+namespace {
+
+float round_trip(float x, DType t) {
+  switch (t) {
+    case DType::bf16: return numeric::from_bf16(numeric::to_bf16(x));
+    case DType::f16: return numeric::from_f16(numeric::to_f16(x));
+    default: return x;
+  }
+}
+
+class CachedAttention : public ::testing::TestWithParam<std::tuple<Isa, DType>> {};
+
+TEST_P(CachedAttention, MatchesReferenceOverStoredValues) {
+  const auto [isa, dtype] = GetParam();
+  for (int64_t D : {64, 40})
+    for (auto [prefix, N] : {std::pair<int64_t, int64_t>{0, 9}, {30, 1}, {1500, 1}, {100, 9}}) {
+      SCOPED_TRACE("D=" + std::to_string(D) + " prefix=" + std::to_string(prefix) + " N=" + std::to_string(N));
+      const int64_t B = 2, Hkv = 2, Hq = 4, total = prefix + N;
+      KVCache cache({Hkv, D, 3, 1600, dtype});
+      std::mt19937 rng(static_cast<uint32_t>(D + prefix));
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      // Full K/V [B, Hkv, total, D] as f32; the first `prefix` tokens are appended directly.
+      std::vector<float> k(static_cast<size_t>(B * Hkv * total * D)), v(k.size()),
+          q(static_cast<size_t>(B * Hq * N * D));
+      for (float& x : k) x = u(rng);
+      for (float& x : v) x = u(rng);
+      for (float& x : q) x = u(rng);
+      const int64_t seqs[] = {2, 0};
+      for (int64_t b = 0; b < B; ++b)
+        cache.append(seqs[b], TensorView(k.data() + b * Hkv * total * D, {1, Hkv, prefix, D}, {0, total * D, D, 1}),
+                     TensorView(v.data() + b * Hkv * total * D, {1, Hkv, prefix, D}, {0, total * D, D, 1}));
+      std::vector<float> o(q.size(), 0.0f);
+      SdpaOptions opt;
+      opt.isa = isa;
+      const TensorView::Dims new_strides{Hkv * total * D, total * D, D, 1};
+      cached_attention(TensorView::dense(q.data(), {B, Hq, N, D}),
+                       TensorView(k.data() + prefix * D, {B, Hkv, N, D}, new_strides),
+                       TensorView(v.data() + prefix * D, {B, Hkv, N, D}, new_strides), cache, seqs,
+                       TensorView::dense(o.data(), {B, Hq, N, D}), opt);
+      EXPECT_EQ(cache.length(2), total);
+      EXPECT_EQ(cache.length(0), total);
+      // Reference over what the cache holds.
+      for (float& x : k) x = round_trip(x, dtype);
+      for (float& x : v) x = round_trip(x, dtype);
+      SdpaOptions ref;
+      ref.causal = true;
+      const auto want =
+          reference_attention(TensorView::dense(static_cast<const float*>(q.data()), {B, Hq, N, D}),
+                              TensorView::dense(static_cast<const float*>(k.data()), {B, Hkv, total, D}),
+                              TensorView::dense(static_cast<const float*>(v.data()), {B, Hkv, total, D}), ref);
+      double worst = 0.0, scale = 1e-3;
+      for (size_t i = 0; i < o.size(); ++i) {
+        worst = std::max(worst, std::abs(o[i] - want[i]));
+        scale = std::max(scale, std::abs(want[i]));
+      }
+      EXPECT_LE(worst, 1e-5 * scale);
+    }
+}
+
+std::vector<std::tuple<Isa, DType>> params() {
+  std::vector<std::tuple<Isa, DType>> p;
+  for (Isa isa : supported_isas())
+    for (DType t : {DType::f32, DType::bf16, DType::f16}) p.emplace_back(isa, t);
+  return p;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryIsaAndType, CachedAttention, ::testing::ValuesIn(params()),
+                         [](const ::testing::TestParamInfo<std::tuple<Isa, DType>>& i) {
+                           return std::string(isa_name(std::get<0>(i.param))) + "_" + dtype_name(std::get<1>(i.param));
+                         });
+
+TEST(Conversions, RoundToNearestEvenAndSpecials) {
+  // bf16 and f16 against their definitions on values chosen at rounding boundaries.
+  EXPECT_EQ(numeric::to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(numeric::to_bf16(1.00390625f), 0x3f80);  // exactly half an ulp above 1: ties to even
+  EXPECT_EQ(numeric::to_bf16(1.01171875f), 0x3f82);  // 1 + 1.5 ulp: ties to even (up)
+  EXPECT_TRUE(std::isnan(numeric::from_bf16(numeric::to_bf16(NAN))));
+  EXPECT_EQ(numeric::to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(numeric::to_f16(65504.0f), 0x7bff);
+  EXPECT_EQ(numeric::to_f16(65520.0f), 0x7c00);  // rounds to infinity
+  EXPECT_EQ(numeric::to_f16(-2.0f), 0xc000);
+  EXPECT_EQ(numeric::to_f16(5.9604645e-08f), 0x0001);  // smallest subnormal
+  EXPECT_EQ(numeric::to_f16(6.1035156e-05f), 0x0400);  // smallest normal
+  EXPECT_TRUE(std::isnan(numeric::from_f16(numeric::to_f16(NAN))));
+  // Every f16 bit pattern survives from_f16 → to_f16 (NaNs stay NaN).
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = numeric::from_f16(static_cast<uint16_t>(h));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(numeric::to_f16(f), h) << std::hex << h;
+  }
+}
+
+TEST(KVCacheAppend, RejectsOverflowAndBadShapes) {
+  KVCache cache({2, 8, 1, 4});
+  std::vector<float> kv(2 * 5 * 8, 1.0f);
+  const TensorView five(kv.data(), {1, 2, 5, 8}, {0, 40, 8, 1}), three(kv.data(), {1, 2, 3, 8}, {0, 40, 8, 1});
+  EXPECT_THROW(cache.append(0, five, five), Error);
+  EXPECT_EQ(cache.length(0), 0);
+  cache.append(0, three, three);
+  EXPECT_EQ(cache.length(0), 3);
+  EXPECT_THROW(cache.append(0, three, three), Error);
+  EXPECT_EQ(cache.length(0), 3);
+  EXPECT_THROW(cache.append(0, TensorView(kv.data(), {1, 1, 3, 8}, {0, 40, 8, 1}), three), Error);
+}
+
+}  // namespace
+}  // namespace attend::testing
