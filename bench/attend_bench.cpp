@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "machine.hpp"
 #include "onednn_sdpa.hpp"
 
@@ -62,14 +63,6 @@ struct Workload {
   std::unique_ptr<OnednnSdpa> onednn;
   std::string error;  // non-empty: a correctness check failed
 };
-
-void fill(std::vector<float>& x, uint32_t seed) {
-  uint32_t state = seed * 2654435761u + 1;
-  for (float& f : x) {
-    state = state * 1664525u + 1013904223u;
-    f = static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) * (1.0f / (1 << 23));
-  }
-}
 
 void run_attend(const SdpaShape& s, const float* q, const float* k, const float* v, float* o) {
   SdpaOptions opt;
@@ -138,16 +131,6 @@ void set_counters(benchmark::State& state, const SdpaShape& s, double bytes) {
   state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
 }
 
-template <class F>
-void timed_loop(benchmark::State& state, bool flush, F&& body) {
-  for (auto _ : state) {
-    if (flush) flush_last_level_cache();
-    const auto t0 = std::chrono::steady_clock::now();
-    body();
-    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-}
-
 void bm_attend(benchmark::State& state, const NamedShape* ns) {
   Workload& w = workload(*ns);
   if (!w.error.empty()) return state.SkipWithError(w.error.c_str());
@@ -183,42 +166,9 @@ void bm_stream(benchmark::State& state, const NamedShape* ns) {
   state.SetBytesProcessed(static_cast<int64_t>(kv_bytes(ns->shape)) * state.iterations());
 }
 
-// Collects the median of every entry for the summary table.
-class SummaryReporter : public benchmark::BenchmarkReporter {
- public:
-  explicit SummaryReporter(benchmark::BenchmarkReporter* inner) : inner_(inner) {}
-  bool ReportContext(const Context& c) override { return inner_->ReportContext(c); }
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& r : runs) {
-      const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
-      const bool single = r.run_type == Run::RT_Iteration && r.repetitions <= 1;
-      if ((median || single) && !r.error_occurred) {
-        Entry& e = entries_[r.run_name.function_name];
-        e.seconds = r.GetAdjustedRealTime() / 1e3;  // reported in ms
-        auto f = r.counters.find("FLOPS");
-        e.gflops = f != r.counters.end() ? f->second.value * 1e-9 : 0.0;
-        auto b = r.counters.find("bytes_per_second");
-        e.gbps = b != r.counters.end() ? b->second.value * 1e-9 : 0.0;
-      }
-    }
-    inner_->ReportRuns(runs);
-  }
-  void Finalize() override { inner_->Finalize(); }
+}  // namespace
 
-  struct Entry {
-    double seconds = 0, gflops = 0, gbps = 0;
-  };
-  const Entry* find(const std::string& name) const {
-    auto it = entries_.find(name);
-    return it == entries_.end() ? nullptr : &it->second;
-  }
-
- private:
-  benchmark::BenchmarkReporter* inner_;
-  std::map<std::string, Entry> entries_;
-};
-
-void print_summary(const SummaryReporter& rep, double peak, FILE* out) {
+void print_sdpa_summary(const SummaryReporter& rep, double peak, FILE* out) {
   std::fprintf(out, "\nSummary (medians; speed-up = onednn time / attend time, same process)\n");
   std::fprintf(out, "%-5s %11s %11s %8s %10s %8s %10s %10s %8s\n", "shape", "attend ms", "onednn ms", "speedup",
                "GFLOP/s", "%peak", "GB/s", "stream", "%stream");
@@ -242,7 +192,19 @@ void print_summary(const SummaryReporter& rep, double peak, FILE* out) {
                peak);
 }
 
-}  // namespace
+void register_sdpa_benchmarks() {
+  for (const NamedShape& ns : shapes()) {
+    auto reg = [&](const char* group, void (*fn)(benchmark::State&, const NamedShape*)) {
+      benchmark::RegisterBenchmark((std::string(group) + ns.name).c_str(), fn, &ns)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    };
+    reg("sdpa/attend/", bm_attend);
+    reg("sdpa/onednn/", bm_onednn);
+    if (ns.decode) reg("stream/read/", bm_stream);
+  }
+}
+
 }  // namespace attend::bench
 
 int main(int argc, char** argv) {
@@ -273,21 +235,17 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("threads", std::to_string(threads));
   benchmark::AddCustomContext("fma_peak_gflops", std::to_string(peak));
 
-  for (const NamedShape& ns : shapes()) {
-    auto reg = [&](const char* group, void (*fn)(benchmark::State&, const NamedShape*)) {
-      benchmark::RegisterBenchmark((std::string(group) + ns.name).c_str(), fn, &ns)
-          ->UseManualTime()
-          ->Unit(benchmark::kMillisecond);
-    };
-    reg("sdpa/attend/", bm_attend);
-    reg("sdpa/onednn/", bm_onednn);
-    if (ns.decode) reg("stream/read/", bm_stream);
-  }
+  register_sdpa_benchmarks();
+  register_cache_benchmarks();
+  register_layer_benchmarks();
 
   std::unique_ptr<benchmark::BenchmarkReporter> inner(benchmark::CreateDefaultDisplayReporter());
   SummaryReporter reporter(inner.get());
   benchmark::RunSpecifiedBenchmarks(&reporter);
-  print_summary(reporter, peak, json ? stderr : stdout);
+  FILE* out = json ? stderr : stdout;
+  print_sdpa_summary(reporter, peak, out);
+  print_cache_summary(reporter, out);
+  print_layer_summary(reporter, peak, out);
   benchmark::Shutdown();
   return 0;
 }

@@ -1,0 +1,86 @@
+// Pieces shared by attend-bench's benchmark groups.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "machine.hpp"
+
+namespace attend::bench {
+
+/// Deterministic, cheap pseudo-random fill in [-1, 1) (large buffers are filled in milliseconds).
+inline void fill(std::vector<float>& x, uint32_t seed, float scale = 1.0f) {
+  uint32_t state = seed * 2654435761u + 1;
+  for (float& f : x) {
+    state = state * 1664525u + 1013904223u;
+    f = scale * static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) * (1.0f / (1 << 23));
+  }
+}
+
+/// Times `body` per iteration with manual timing; `flush` evicts the last-level cache first and
+/// `prepare` runs untimed before each iteration.
+template <class Prepare, class F>
+void timed_loop(benchmark::State& state, bool flush, Prepare&& prepare, F&& body) {
+  for (auto _ : state) {
+    prepare();
+    if (flush) flush_last_level_cache();
+    const auto t0 = std::chrono::steady_clock::now();
+    body();
+    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+}
+template <class F>
+void timed_loop(benchmark::State& state, bool flush, F&& body) {
+  timed_loop(
+      state, flush, [] {}, body);
+}
+
+/// Collects the median of every entry for the summary tables.
+class SummaryReporter : public benchmark::BenchmarkReporter {
+ public:
+  explicit SummaryReporter(benchmark::BenchmarkReporter* inner) : inner_(inner) {}
+  bool ReportContext(const Context& c) override { return inner_->ReportContext(c); }
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) {
+      const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
+      const bool single = r.run_type == Run::RT_Iteration && r.repetitions <= 1;
+      if ((median || single) && !r.error_occurred) {
+        Entry& e = entries_[r.run_name.function_name];
+        e.seconds = r.GetAdjustedRealTime() / 1e3;  // reported in ms
+        auto f = r.counters.find("FLOPS");
+        e.gflops = f != r.counters.end() ? f->second.value * 1e-9 : 0.0;
+        auto b = r.counters.find("bytes_per_second");
+        e.gbps = b != r.counters.end() ? b->second.value * 1e-9 : 0.0;
+      }
+    }
+    inner_->ReportRuns(runs);
+  }
+  void Finalize() override { inner_->Finalize(); }
+
+  struct Entry {
+    double seconds = 0, gflops = 0, gbps = 0;
+  };
+  const Entry* find(const std::string& name) const {
+    auto it = entries_.find(name);
+    return it == entries_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  benchmark::BenchmarkReporter* inner_;
+  std::map<std::string, Entry> entries_;
+};
+
+/// Each group registers its benchmarks and prints its summary from the collected medians.
+void register_sdpa_benchmarks();
+void print_sdpa_summary(const SummaryReporter& rep, double peak, FILE* out);
+void register_cache_benchmarks();
+void print_cache_summary(const SummaryReporter& rep, FILE* out);
+void register_layer_benchmarks();
+void print_layer_summary(const SummaryReporter& rep, double peak, FILE* out);
+
+}  // namespace attend::bench

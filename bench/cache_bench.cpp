@@ -1,0 +1,141 @@
+// cache/<impl>/<shape>: one decode step of attention over a KV cache — append one token's K/V,
+// attend over the whole cache — for impl ∈ {attend-f32, attend-bf16, attend-f16, onednn}. The
+// oneDNN baseline keeps a plain dense f32 cache: the new row is copied in, then the unfused
+// matmul → softmax → matmul runs over it. The last-level cache is flushed before every iteration.
+#include <omp.h>
+
+#include <attend/attend.hpp>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_common.hpp"
+#include "onednn_sdpa.hpp"
+
+namespace attend::bench {
+namespace {
+
+struct CacheShape {
+  const char* name;
+  int64_t B, Hq, Hkv, L, D;  // L: cache length after the step's append
+};
+
+const std::vector<CacheShape>& cache_shapes() {
+  static const std::vector<CacheShape> s = {{"D1", 1, 32, 32, 4096, 128},
+                                            {"D2", 1, 32, 8, 4096, 128},
+                                            {"D3", 8, 32, 8, 2048, 128},
+                                            {"D4", 1, 32, 32, 16384, 128}};
+  return s;
+}
+
+// K/V bytes read per step in the cache's storage type, plus q and o.
+double step_bytes(const CacheShape& s, int elem) {
+  return 2.0 * s.B * s.Hkv * s.L * s.D * elem + 2.0 * 4 * s.B * s.Hq * s.D;
+}
+double step_flops(const CacheShape& s) { return 4.0 * s.B * s.Hq * s.L * s.D; }
+
+struct CacheData {
+  const CacheShape* shape = nullptr;
+  std::vector<float> k, v, q, o, k_new, v_new;  // k, v: dense [B, Hkv, L, D]
+};
+
+CacheData& data(const CacheShape& s) {
+  static CacheData d;
+  if (d.shape == &s) return d;
+  d = CacheData{};
+  d.shape = &s;
+  d.k.resize(static_cast<size_t>(s.B * s.Hkv * s.L * s.D));
+  d.v.resize(d.k.size());
+  d.q.resize(static_cast<size_t>(s.B * s.Hq * s.D));
+  d.o.resize(d.q.size());
+  d.k_new.resize(static_cast<size_t>(s.B * s.Hkv * s.D));
+  d.v_new.resize(d.k_new.size());
+  fill(d.k, 21);
+  fill(d.v, 22);
+  fill(d.q, 23);
+  fill(d.k_new, 24);
+  fill(d.v_new, 25);
+  return d;
+}
+
+void bm_attend_cache(benchmark::State& state, const CacheShape* s, DType dtype) {
+  CacheData& d = data(*s);
+  KVCache cache({s->Hkv, s->D, s->B, s->L, dtype});
+  std::vector<int64_t> seqs(static_cast<size_t>(s->B));
+  for (int64_t b = 0; b < s->B; ++b) {
+    seqs[static_cast<size_t>(b)] = b;
+    cache.append(
+        b, TensorView(d.k.data() + b * s->Hkv * s->L * s->D, {1, s->Hkv, s->L - 1, s->D}, {0, s->L * s->D, s->D, 1}),
+        TensorView(d.v.data() + b * s->Hkv * s->L * s->D, {1, s->Hkv, s->L - 1, s->D}, {0, s->L * s->D, s->D, 1}));
+  }
+  const auto q = TensorView::dense(static_cast<const float*>(d.q.data()), {s->B, s->Hq, 1, s->D});
+  const auto kn = TensorView::dense(static_cast<const float*>(d.k_new.data()), {s->B, s->Hkv, 1, s->D});
+  const auto vn = TensorView::dense(static_cast<const float*>(d.v_new.data()), {s->B, s->Hkv, 1, s->D});
+  const auto o = TensorView::dense(d.o.data(), {s->B, s->Hq, 1, s->D});
+  timed_loop(
+      state, true,
+      [&] {
+        for (int64_t b = 0; b < s->B; ++b) cache.truncate(b, s->L - 1);
+      },
+      [&] { cached_attention(q, kn, vn, cache, seqs, o); });
+  state.counters["FLOPS"] = benchmark::Counter(step_flops(*s), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetBytesProcessed(static_cast<int64_t>(step_bytes(*s, dtype == DType::f32 ? 4 : 2)) * state.iterations());
+  state.counters["cache_MiB"] = static_cast<double>(cache.memory_bytes()) / (1 << 20);
+}
+
+void bm_onednn_cache(benchmark::State& state, const CacheShape* s) {
+  CacheData& d = data(*s);
+  OnednnSdpa sdpa({s->B, s->Hq, s->Hkv, 1, s->L, s->D, false});
+  timed_loop(state, true, [&] {
+    for (int64_t bh = 0; bh < s->B * s->Hkv; ++bh) {  // append: the new row is the cache's last
+      std::memcpy(d.k.data() + (bh * s->L + s->L - 1) * s->D, d.k_new.data() + bh * s->D, sizeof(float) * s->D);
+      std::memcpy(d.v.data() + (bh * s->L + s->L - 1) * s->D, d.v_new.data() + bh * s->D, sizeof(float) * s->D);
+    }
+    sdpa.run(d.q.data(), d.k.data(), d.v.data(), d.o.data());
+  });
+  state.counters["FLOPS"] = benchmark::Counter(step_flops(*s), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetBytesProcessed(static_cast<int64_t>(step_bytes(*s, 4)) * state.iterations());
+}
+
+}  // namespace
+
+void register_cache_benchmarks() {
+  for (const CacheShape& s : cache_shapes()) {
+    auto reg = [&](const std::string& impl, auto fn) {
+      benchmark::RegisterBenchmark(("cache/" + impl + "/" + s.name).c_str(), fn)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    };
+    reg("attend-f32", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::f32); });
+    reg("attend-bf16", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::bf16); });
+    reg("attend-f16", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::f16); });
+    reg("onednn", [&s](benchmark::State& st) { bm_onednn_cache(st, &s); });
+  }
+}
+
+void print_cache_summary(const SummaryReporter& rep, FILE* out) {
+  bool any = false;
+  for (const CacheShape& s : cache_shapes()) {
+    auto get = [&](const char* impl) { return rep.find(std::string("cache/") + impl + "/" + s.name); };
+    const auto *f32 = get("attend-f32"), *bf16 = get("attend-bf16"), *f16 = get("attend-f16"), *dnn = get("onednn");
+    const auto* stream = rep.find(std::string("stream/read/") + s.name);
+    if (!f32) continue;
+    if (!any) {
+      std::fprintf(out,
+                   "\nKV-cache decode step (medians; tokens/s ratios; %%stream = f32 K+V GB/s over stream/read)\n");
+      std::fprintf(out, "%-5s %9s %9s %9s %9s %9s %9s %9s %8s\n", "shape", "f32 ms", "bf16 ms", "f16 ms", "onednn ms",
+                   "f32/dnn", "bf16/f32", "f16/f32", "%stream");
+      any = true;
+    }
+    const double kv_f32 = 2.0 * 4 * s.B * s.Hkv * s.L * s.D;
+    std::fprintf(out, "%-5s %9.3f %9.3f %9.3f %9.3f %8.2fx %8.2fx %8.2fx %7.1f%%\n", s.name, f32->seconds * 1e3,
+                 bf16 ? bf16->seconds * 1e3 : 0.0, f16 ? f16->seconds * 1e3 : 0.0, dnn ? dnn->seconds * 1e3 : 0.0,
+                 dnn ? dnn->seconds / f32->seconds : 0.0, bf16 ? f32->seconds / bf16->seconds : 0.0,
+                 f16 ? f32->seconds / f16->seconds : 0.0,
+                 stream ? 100.0 * kv_f32 / f32->seconds * 1e-9 / stream->gbps : 0.0);
+  }
+}
+
+}  // namespace attend::bench

@@ -1,0 +1,242 @@
+// layer/<impl>/<shape>: the whole attention layer, impl ∈ {attend, attend-bf16w, onednn}, plus
+// layer/attend-gemm (attend's projection GEMMs alone) and layer/attend-attn (its attention alone),
+// so the summary can show the layer costs no more than its parts (no hidden copies).
+// L1: prefill d_model 4096, 32 heads, 8 kv heads, head_dim 128, N = 512, causal; L2: d_model 1024,
+// 16 heads, N = 2048, causal; L3: one decode step with L1's config over a 4096-token cache, B = 1;
+// L4: the same at B = 8 over 2048 tokens. Decode shapes flush the last-level cache every iteration.
+#include <attend/attend.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../runtime/gemm/onednn_matmul.hpp"
+#include "bench_common.hpp"
+#include "onednn_layer.hpp"
+
+namespace attend::bench {
+namespace {
+
+struct NamedLayer {
+  const char* name;
+  LayerShape s;
+};
+
+const std::vector<NamedLayer>& layer_shapes() {
+  static const std::vector<NamedLayer> l = {{"L1", {1, 512, 4096, 32, 8, 128, 0}},
+                                            {"L2", {1, 2048, 1024, 16, 16, 64, 0}},
+                                            {"L3", {1, 1, 4096, 32, 8, 128, 4096}},
+                                            {"L4", {8, 1, 4096, 32, 8, 128, 2048}}};
+  return l;
+}
+
+bool decode(const LayerShape& s) { return s.cache_len > 0; }
+int64_t q_out(const LayerShape& s) { return s.hq * s.hd; }
+int64_t kv_out(const LayerShape& s) { return s.hkv * s.hd; }
+
+double gemm_flops(const LayerShape& s) {
+  const double m = static_cast<double>(s.B * s.N);
+  return 2.0 * m * s.dm * (q_out(s) + 2 * kv_out(s)) + 2.0 * m * q_out(s) * s.dm;
+}
+double attn_flops(const LayerShape& s) {
+  const double pairs = decode(s) ? static_cast<double>(s.cache_len) : s.N * (s.N + 1) / 2.0;
+  return 4.0 * s.B * s.hq * pairs * s.hd;
+}
+double weight_bytes(const LayerShape& s, int elem) {
+  return static_cast<double>(elem) * (s.dm * (q_out(s) + 2 * kv_out(s)) + q_out(s) * s.dm);
+}
+double kv_bytes(const LayerShape& s) { return decode(s) ? 2.0 * 4 * s.B * s.hkv * s.cache_len * s.hd : 0.0; }
+
+// Weights in X·W layout, shared by every impl of a shape.
+struct LayerData {
+  const NamedLayer* layer = nullptr;
+  std::vector<float> wq, wk, wv, wo, wqkv, x, y, k_cache, v_cache;
+};
+
+LayerData& layer_data(const NamedLayer& nl) {
+  static LayerData d;
+  if (d.layer == &nl) return d;
+  d = LayerData{};
+  d.layer = &nl;
+  const LayerShape& s = nl.s;
+  const float ws = 1.0f / std::sqrt(static_cast<float>(s.dm));
+  d.wq.resize(static_cast<size_t>(s.dm * q_out(s)));
+  d.wk.resize(static_cast<size_t>(s.dm * kv_out(s)));
+  d.wv.resize(d.wk.size());
+  d.wo.resize(static_cast<size_t>(q_out(s) * s.dm));
+  fill(d.wq, 31, ws);
+  fill(d.wk, 32, ws);
+  fill(d.wv, 33, ws);
+  fill(d.wo, 34, 1.0f / std::sqrt(static_cast<float>(q_out(s))));
+  const int64_t C = q_out(s) + 2 * kv_out(s);
+  d.wqkv.resize(static_cast<size_t>(s.dm * C));
+  for (int64_t r = 0; r < s.dm; ++r) {
+    float* row = d.wqkv.data() + r * C;
+    std::memcpy(row, d.wq.data() + r * q_out(s), sizeof(float) * q_out(s));
+    std::memcpy(row + q_out(s), d.wk.data() + r * kv_out(s), sizeof(float) * kv_out(s));
+    std::memcpy(row + q_out(s) + kv_out(s), d.wv.data() + r * kv_out(s), sizeof(float) * kv_out(s));
+  }
+  d.x.resize(static_cast<size_t>(s.B * s.N * s.dm));
+  d.y.resize(d.x.size());
+  fill(d.x, 35);
+  if (decode(s)) {
+    d.k_cache.resize(static_cast<size_t>(s.B * s.hkv * s.cache_len * s.hd));
+    d.v_cache.resize(d.k_cache.size());
+    fill(d.k_cache, 36);
+    fill(d.v_cache, 37);
+  }
+  return d;
+}
+
+void counters(benchmark::State& state, const LayerShape& s, double flops, double bytes) {
+  state.counters["FLOPS"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
+  (void)s;
+}
+
+// A KV cache holding the shape's cached tokens (all but the step's own), one slot per sequence.
+KVCache filled_cache(const LayerShape& s, const LayerData& d, DType dtype = DType::f32) {
+  KVCache cache({s.hkv, s.hd, s.B, s.cache_len, dtype});
+  for (int64_t b = 0; b < s.B; ++b) {
+    const TensorView::Dims strides{0, s.cache_len * s.hd, s.hd, 1};
+    cache.append(
+        b, TensorView(d.k_cache.data() + b * s.hkv * s.cache_len * s.hd, {1, s.hkv, s.cache_len - 1, s.hd}, strides),
+        TensorView(d.v_cache.data() + b * s.hkv * s.cache_len * s.hd, {1, s.hkv, s.cache_len - 1, s.hd}, strides));
+  }
+  return cache;
+}
+
+void bm_attend_layer(benchmark::State& state, const NamedLayer* nl, DType wdt, DType cache_dtype) {
+  LayerData& d = layer_data(*nl);
+  const LayerShape& s = nl->s;
+  MhaConfig cfg;
+  cfg.d_model = s.dm;
+  cfg.n_heads = s.hq;
+  cfg.n_kv_heads = s.hkv;
+  cfg.head_dim = s.hd;
+  cfg.causal = true;
+  cfg.weight_dtype = wdt;
+  MhaWeights w;
+  w.layout = WeightLayout::in_out;
+  w.q = d.wq.data();
+  w.k = d.wk.data();
+  w.v = d.wv.data();
+  w.o = d.wo.data();
+  const MultiHeadAttention layer(cfg, w);
+  if (decode(s)) {
+    KVCache cache = filled_cache(s, d, cache_dtype);
+    std::vector<int64_t> seqs(static_cast<size_t>(s.B));
+    for (int64_t b = 0; b < s.B; ++b) seqs[static_cast<size_t>(b)] = b;
+    timed_loop(
+        state, true,
+        [&] {
+          for (int64_t b = 0; b < s.B; ++b) cache.truncate(b, s.cache_len - 1);
+        },
+        [&] { layer.forward_cached(d.x.data(), d.y.data(), s.B, 1, cache, seqs); });
+  } else {
+    timed_loop(state, false, [&] { layer.forward(d.x.data(), d.y.data(), s.B, s.N); });
+  }
+  counters(state, s, gemm_flops(s) + attn_flops(s),
+           weight_bytes(s, wdt == DType::bf16 ? 2 : 4) + kv_bytes(s) * (cache_dtype == DType::f32 ? 1.0 : 0.5));
+}
+
+void bm_onednn_layer(benchmark::State& state, const NamedLayer* nl) {
+  LayerData& d = layer_data(*nl);
+  const LayerShape& s = nl->s;
+  OnednnLayer layer(s, d.wqkv.data(), d.wo.data());
+  timed_loop(state, decode(s), [&] { layer.run(d.x.data(), d.y.data(), d.k_cache.data(), d.v_cache.data()); });
+  counters(state, s, gemm_flops(s) + attn_flops(s), weight_bytes(s, 4) + kv_bytes(s));
+}
+
+// attend's projections alone: the same oneDNN GEMMs the layer runs (QKV fused, then W_O).
+void bm_attend_gemm(benchmark::State& state, const NamedLayer* nl) {
+  LayerData& d = layer_data(*nl);
+  const LayerShape& s = nl->s;
+  const int64_t C = q_out(s) + 2 * kv_out(s), m = s.B * s.N;
+  gemm::Linear qkv(d.wqkv.data(), false, s.dm, C, nullptr, gemm::WeightType::f32);
+  gemm::Linear o(d.wo.data(), false, q_out(s), s.dm, nullptr, gemm::WeightType::f32);
+  std::vector<float> rows(static_cast<size_t>(m * C)), attn(static_cast<size_t>(m * q_out(s)));
+  timed_loop(state, decode(s), [&] {
+    qkv.run(d.x.data(), rows.data(), m, 0);
+    o.run(attn.data(), d.y.data(), m, 0);
+  });
+  counters(state, s, gemm_flops(s), weight_bytes(s, 4));
+}
+
+// attend's attention alone, on the layouts the layer uses: strided views of the [B·N, C]
+// projection rows (prefill) or the KV cache (decode).
+void bm_attend_attn(benchmark::State& state, const NamedLayer* nl) {
+  LayerData& d = layer_data(*nl);
+  const LayerShape& s = nl->s;
+  const int64_t C = q_out(s) + 2 * kv_out(s);
+  std::vector<float> rows(static_cast<size_t>(s.B * s.N * C)), out(static_cast<size_t>(s.B * s.N * q_out(s)));
+  fill(rows, 38);
+  const TensorView::Dims qkv_strides{s.N * C, s.hd, C, 1};
+  const TensorView q(static_cast<const float*>(rows.data()), {s.B, s.hq, s.N, s.hd}, qkv_strides);
+  const TensorView o(out.data(), {s.B, s.hq, s.N, s.hd}, {s.N * q_out(s), s.hd, q_out(s), 1});
+  const TensorView k(static_cast<const float*>(rows.data() + q_out(s)), {s.B, s.hkv, s.N, s.hd}, qkv_strides);
+  const TensorView v(static_cast<const float*>(rows.data() + q_out(s) + kv_out(s)), {s.B, s.hkv, s.N, s.hd},
+                     qkv_strides);
+  if (decode(s)) {
+    KVCache cache = filled_cache(s, d);
+    std::vector<int64_t> seqs(static_cast<size_t>(s.B));
+    for (int64_t b = 0; b < s.B; ++b) seqs[static_cast<size_t>(b)] = b;
+    timed_loop(
+        state, true,
+        [&] {
+          for (int64_t b = 0; b < s.B; ++b) cache.truncate(b, s.cache_len - 1);
+        },
+        [&] { cached_attention(q, k, v, cache, seqs, o); });
+  } else {
+    SdpaOptions opt;
+    opt.causal = true;
+    timed_loop(state, false, [&] { scaled_dot_product_attention(q, k, v, o, opt); });
+  }
+  counters(state, s, attn_flops(s), kv_bytes(s));
+}
+
+}  // namespace
+
+void register_layer_benchmarks() {
+  for (const NamedLayer& nl : layer_shapes()) {
+    auto reg = [&](const std::string& impl, auto fn) {
+      benchmark::RegisterBenchmark(("layer/" + impl + "/" + nl.name).c_str(), fn)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    };
+    reg("attend", [&nl](benchmark::State& st) { bm_attend_layer(st, &nl, DType::f32, DType::f32); });
+    reg("attend-bf16w", [&nl](benchmark::State& st) { bm_attend_layer(st, &nl, DType::bf16, DType::f32); });
+    if (decode(nl.s))  // bf16 weights and a bf16 KV cache: every large byte stream halved
+      reg("attend-bf16", [&nl](benchmark::State& st) { bm_attend_layer(st, &nl, DType::bf16, DType::bf16); });
+    reg("onednn", [&nl](benchmark::State& st) { bm_onednn_layer(st, &nl); });
+    reg("attend-gemm", [&nl](benchmark::State& st) { bm_attend_gemm(st, &nl); });
+    reg("attend-attn", [&nl](benchmark::State& st) { bm_attend_attn(st, &nl); });
+  }
+}
+
+void print_layer_summary(const SummaryReporter& rep, double peak, FILE* out) {
+  bool any = false;
+  for (const NamedLayer& nl : layer_shapes()) {
+    auto get = [&](const char* impl) { return rep.find(std::string("layer/") + impl + "/" + nl.name); };
+    const auto *a = get("attend"), *bw = get("attend-bf16w"), *b16 = get("attend-bf16"), *dnn = get("onednn"),
+               *g = get("attend-gemm"), *at = get("attend-attn");
+    if (!a) continue;
+    if (!any) {
+      std::fprintf(out,
+                   "\nAttention layer (medians; layer/parts = attend layer time over gemm-alone + attention-alone)\n");
+      std::fprintf(out, "%-5s %10s %10s %10s %9s %10s %10s %11s %9s %8s\n", "shape", "attend ms", "bf16w ms",
+                   "onednn ms", "vs dnn", "bf16w/f32", "bf16+kv/f32", "layer/parts", "GFLOP/s", "GB/s");
+      any = true;
+    }
+    const double parts = (g && at) ? g->seconds + at->seconds : 0.0;
+    std::fprintf(out, "%-5s %10.3f %10.3f %10.3f %8.2fx %9.2fx %9.2fx %11.2f %9.1f %8.1f\n", nl.name, a->seconds * 1e3,
+                 bw ? bw->seconds * 1e3 : 0.0, dnn ? dnn->seconds * 1e3 : 0.0, dnn ? dnn->seconds / a->seconds : 0.0,
+                 bw ? a->seconds / bw->seconds : 0.0, b16 ? a->seconds / b16->seconds : 0.0,
+                 parts > 0 ? a->seconds / parts : 0.0, a->gflops, a->gbps);
+  }
+  (void)peak;
+}
+
+}  // namespace attend::bench
