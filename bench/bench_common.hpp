@@ -23,9 +23,13 @@ inline void fill(std::vector<float>& x, uint32_t seed, float scale = 1.0f) {
 }
 
 /// Times `body` per iteration with manual timing; `flush` evicts the last-level cache first and
-/// `prepare` runs untimed before each iteration.
+/// `prepare` runs untimed before each iteration. One untimed warm-up call comes first, so lazily
+/// created state (oneDNN primitives per token count, thread pools, first-touch pages) is never
+/// timed — for any impl.
 template <class Prepare, class F>
 void timed_loop(benchmark::State& state, bool flush, Prepare&& prepare, F&& body) {
+  prepare();
+  body();
   for (auto _ : state) {
     prepare();
     if (flush) flush_last_level_cache();
