@@ -230,8 +230,8 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("cpu_model", attend::cpu_model());
   benchmark::AddCustomContext("attend_version", ATTEND_VERSION_STRING);
   benchmark::AddCustomContext("attend_isa", attend::isa_name(attend::active_isa()));
-  benchmark::AddCustomContext("onednn_version", onednn_version());
-  benchmark::AddCustomContext("onednn_isa", onednn_isa());
+  benchmark::AddCustomContext("onednn_version", attend::onednn_version());
+  benchmark::AddCustomContext("onednn_isa", attend::onednn_isa());
   benchmark::AddCustomContext("threads", std::to_string(threads));
   benchmark::AddCustomContext("fma_peak_gflops", std::to_string(peak));
 

@@ -97,23 +97,4 @@ OnednnSdpa::~OnednnSdpa() = default;
 void OnednnSdpa::run(const float* q, const float* k, const float* v, float* o) { impl_->run(q, k, v, o); }
 size_t OnednnSdpa::workspace_bytes() const { return impl_->workspace; }
 
-std::string onednn_version() {
-  const dnnl_version_t* v = dnnl::version();
-  return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
-}
-
-std::string onednn_isa() {
-  switch (dnnl::get_effective_cpu_isa()) {
-    case dnnl::cpu_isa::sse41: return "sse41";
-    case dnnl::cpu_isa::avx: return "avx";
-    case dnnl::cpu_isa::avx2: return "avx2";
-    case dnnl::cpu_isa::avx512_core: return "avx512_core";
-    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
-    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
-    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
-    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
-    default: return "other";
-  }
-}
-
 }  // namespace attend::bench

@@ -38,8 +38,4 @@ class OnednnSdpa {
   std::unique_ptr<Impl> impl_;
 };
 
-/// "2.6.3" and the ISA oneDNN dispatches to ("avx512_core", …).
-std::string onednn_version();
-std::string onednn_isa();
-
 }  // namespace attend::bench

@@ -18,8 +18,14 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${BUILD_DIR:-$root/build}"
 jobs="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
 
-# Debian packages attend needs to build, test and benchmark. OpenMP comes with g++ (libgomp).
-packages=(g++ cmake make libdnnl-dev libxsimd-dev libgtest-dev libbenchmark-dev ocl-icd-opencl-dev)
+# Debian packages attend needs to build and benchmark. OpenMP comes with g++ (libgomp).
+packages=(g++ cmake make libdnnl-dev libxsimd-dev libgtest-dev libbenchmark-dev ocl-icd-opencl-dev
+  nlohmann-json3-dev libcli11-dev)
+# The test suite also compares with PyTorch (Debian's torch belongs to /usr/bin/python3; without
+# OpenMP OpenBLAS it falls back to a reference BLAS ~10x slower) and fuzzes with clang's libFuzzer.
+if [[ "$verb" == test ]]; then
+  packages+=(python3 python3-torch python3-numpy libopenblas0-openmp clang libclang-rt-14-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -34,4 +34,9 @@ Isa active_isa();
 /// A human-readable name of the CPU (from CPUID's brand string, or /proc/cpuinfo).
 std::string cpu_model();
 
+/// The oneDNN library the layer's projections run on: its version ("2.6.3") and the ISA it
+/// dispatches to on this machine ("avx512_core_bf16", "avx2", …).
+std::string onednn_version();
+std::string onednn_isa();
+
 }  // namespace attend

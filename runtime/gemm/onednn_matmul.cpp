@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <attend/error.hpp>
+#include <attend/isa.hpp>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -156,9 +157,27 @@ void Linear::run(const float* x, float* y, int64_t m, int threads) const {
   strm.wait();
 }
 
+}  // namespace attend::gemm
+
+namespace attend {
+
 std::string onednn_version() {
   const dnnl_version_t* v = dnnl::version();
   return std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch);
 }
 
-}  // namespace attend::gemm
+std::string onednn_isa() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "other";
+  }
+}
+
+}  // namespace attend

@@ -38,7 +38,4 @@ class Linear {
   std::unique_ptr<Impl> impl_;
 };
 
-/// "2.6.3".
-std::string onednn_version();
-
 }  // namespace attend::gemm

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang (in BUILD_DIR/fuzz) and fuzzes each for SECONDS from the
+# checked-in corpus (copied, so the source tree is not modified). A crash fails the test and leaves
+# the input in BUILD_DIR/fuzz/artifacts: add it to tests/fuzz/corpus/<target>/ as a regression.
+# Exit 77 (skipped) when clang++ with libFuzzer is not installed.
+set -euo pipefail
+src="$1"
+build="$2/fuzz"
+seconds="${3:-20}"
+command -v clang++ >/dev/null || { echo "SKIPPED: clang++ not installed"; exit 77; }
+echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long){return 0;}' > "$2/fuzz_probe.cpp"
+clang++ -fsanitize=fuzzer "$2/fuzz_probe.cpp" -o "$2/fuzz_probe" 2>/dev/null || {
+  echo "SKIPPED: clang++ cannot link libFuzzer (install libclang-rt-dev)"
+  exit 77
+}
+cmake -S "$src/tests/fuzz" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" -j "$(nproc)" >/dev/null
+mkdir -p "$build/artifacts"
+for t in safetensors npy; do
+  work="$build/corpus_$t"
+  rm -rf "$work" && mkdir -p "$work" && cp "$src/tests/fuzz/corpus/$t/"* "$work/"
+  echo "fuzzing $t for ${seconds}s"
+  "$build/fuzz_$t" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=4096 \
+    -artifact_prefix="$build/artifacts/${t}_" -print_final_stats=1 "$work" 2>&1 | tail -n 12
+done

@@ -1,0 +1,194 @@
+#!/usr/bin/python3
+"""attend-run against PyTorch.
+
+Builds torch.nn.MultiheadAttention layers (batch_first, with and without bias, causal through
+attn_mask, several widths and head counts) and a Llama-style GQA layer with rotary embeddings
+written in plain torch ops (Hugging Face's rotate_half convention), saves their weights as
+.safetensors (written here from the format's definition, so no extra package is needed) and the
+inputs as .npy, runs attend-run and compares: max abs error <= 1e-4 (f32 weights).
+
+Usage: torch_interop.py /path/to/attend-run
+Exit status 77 (ctest: skipped) when torch or numpy cannot be imported — reported, never passed.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+try:
+    import numpy as np
+    import torch
+except ImportError as e:  # pragma: no cover - depends on the machine
+    print(f"SKIPPED: PyTorch/NumPy unavailable for {sys.executable}: {e}")
+    sys.exit(77)
+
+TOL = 1e-4
+torch.manual_seed(0)
+torch.set_num_threads(2)
+
+
+def save_safetensors(path, tensors, dtype="F32"):
+    """tensors: name -> torch tensor. dtype F32, BF16 or F16 (values are rounded by torch)."""
+    torch_dtype = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}[dtype]
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        t = t.detach().to(torch_dtype).contiguous()
+        raw = t.view(torch.int16).numpy().tobytes() if dtype != "F32" else t.numpy().tobytes()
+        header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    header["__metadata__"] = {"format": "pt"}
+    h = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def run_attend(attend_run, args):
+    r = subprocess.run([attend_run] + args, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"attend-run {' '.join(args)} failed:\n{r.stdout}{r.stderr}")
+    return r.stdout.strip()
+
+
+failures = []
+
+
+def compare(name, got, want):
+    err = float(np.max(np.abs(got - want))) if got.size else 0.0
+    status = "ok" if err <= TOL and got.shape == want.shape else "FAIL"
+    print(f"{status:4} {name}: max abs error {err:.3g} (shape {got.shape})")
+    if status != "ok":
+        failures.append(name)
+
+
+def mha_case(attend_run, tmp, d, heads, bias, causal, batch, n, prefix=""):
+    mha = torch.nn.MultiheadAttention(d, heads, bias=bias, batch_first=True)
+    if bias:  # torch initialises biases to zero; make them count
+        with torch.no_grad():
+            mha.in_proj_bias.uniform_(-0.5, 0.5)
+            mha.out_proj.bias.uniform_(-0.5, 0.5)
+    x = torch.randn(batch, n, d)
+    mask = torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1) if causal else None
+    with torch.no_grad():
+        want, _ = mha(x, x, x, attn_mask=mask, need_weights=False)
+    tensors = {prefix + "in_proj_weight": mha.in_proj_weight, prefix + "out_proj.weight": mha.out_proj.weight}
+    if bias:
+        tensors[prefix + "in_proj_bias"] = mha.in_proj_bias
+        tensors[prefix + "out_proj.bias"] = mha.out_proj.bias
+    w = os.path.join(tmp, "mha.safetensors")
+    xi, yo = os.path.join(tmp, "x.npy"), os.path.join(tmp, "y.npy")
+    save_safetensors(w, tensors)
+    np.save(xi, x.numpy())
+    args = ["-w", w, "-i", xi, "-o", yo, "--heads", str(heads)] + (["--causal"] if causal else [])
+    if prefix:
+        args += ["--prefix", prefix]
+    run_attend(attend_run, args)
+    compare(f"nn.MultiheadAttention d={d} heads={heads} bias={bias} causal={causal} B={batch} N={n}",
+            np.load(yo), want.numpy())
+    if causal:  # the same layer through the KV cache: prefill, then the last 3 tokens one by one
+        run_attend(attend_run, args + ["--decode", "3"])
+        compare(f"  ... --decode 3 (f32 cache)", np.load(yo), want.numpy())
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def llama_reference(x, wq, wk, wv, wo, heads, kv_heads, theta, causal):
+    """Plain torch, Hugging Face Llama attention (no KV cache), computed in float64."""
+    x, wq, wk, wv, wo = (t.double() for t in (x, wq, wk, wv, wo))
+    b, n, d = x.shape
+    hd = wq.shape[0] // heads
+    q = (x @ wq.T).view(b, n, heads, hd).transpose(1, 2)
+    k = (x @ wk.T).view(b, n, kv_heads, hd).transpose(1, 2)
+    v = (x @ wv.T).view(b, n, kv_heads, hd).transpose(1, 2)
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    freqs = torch.outer(torch.arange(n, dtype=torch.float64), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    k = k.repeat_interleave(heads // kv_heads, dim=1)
+    v = v.repeat_interleave(heads // kv_heads, dim=1)
+    s = (q @ k.transpose(-1, -2)) / hd ** 0.5
+    if causal:
+        s = s.masked_fill(torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1), float("-inf"))
+    o = torch.softmax(s, dim=-1) @ v
+    return (o.transpose(1, 2).reshape(b, n, heads * hd) @ wo.T).float()
+
+
+def llama_case(attend_run, tmp, d, heads, kv_heads, hd, causal, dtype="F32", decode=0, cache="f32"):
+    g = torch.Generator().manual_seed(d * 31 + heads)
+    s = d ** -0.5
+    wq = torch.empty(heads * hd, d).uniform_(-s, s, generator=g)
+    wk = torch.empty(kv_heads * hd, d).uniform_(-s, s, generator=g)
+    wv = torch.empty(kv_heads * hd, d).uniform_(-s, s, generator=g)
+    wo = torch.empty(d, heads * hd).uniform_(-(heads * hd) ** -0.5, (heads * hd) ** -0.5, generator=g)
+    if dtype != "F32":  # the file holds rounded weights: compare against the same rounded values
+        rd = {"BF16": torch.bfloat16, "F16": torch.float16}[dtype]
+        wq, wk, wv, wo = (t.to(rd).float() for t in (wq, wk, wv, wo))
+    x = torch.randn(2, 21, d, generator=g)
+    theta = 10000.0
+    want = llama_reference(x, wq, wk, wv, wo, heads, kv_heads, theta, causal)
+    prefix = "model.layers.0.self_attn."
+    w = os.path.join(tmp, "llama.safetensors")
+    save_safetensors(w, {prefix + "q_proj.weight": wq, prefix + "k_proj.weight": wk, prefix + "v_proj.weight": wv,
+                         prefix + "o_proj.weight": wo, "model.layers.1.self_attn.q_proj.weight": wq}, dtype)
+    xi, yo = os.path.join(tmp, "x.npy"), os.path.join(tmp, "y.npy")
+    np.save(xi, x.numpy())
+    args = ["-w", w, "-i", xi, "-o", yo, "--heads", str(heads), "--prefix", prefix, "--rope-theta", str(theta)]
+    args += ["--causal"] if causal else []
+    if decode:
+        args += ["--decode", str(decode), "--cache-dtype", cache]
+    run_attend(attend_run, args)
+    label = f"llama GQA {heads}:{kv_heads} d={d} hd={hd} rope causal={causal} weights={dtype}"
+    if decode:
+        label += f" --decode {decode} ({cache} cache)"
+    got = np.load(yo)
+    if cache == "f32":
+        compare(label, got, want.numpy())
+    else:  # a reduced-precision cache has its own documented bound
+        err = float(np.max(np.abs(got - want.numpy())))
+        bound = 3e-2 if cache == "bf16" else 4e-3
+        ok = err <= bound * max(1e-3, float(np.max(np.abs(want.numpy()))))
+        print(f"{'ok' if ok else 'FAIL':4} {label}: max abs error {err:.3g} (bound {bound} x scale)")
+        if not ok:
+            failures.append(label)
+
+
+def main():
+    attend_run = sys.argv[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        mha_case(attend_run, tmp, 64, 4, True, False, 2, 9)
+        mha_case(attend_run, tmp, 64, 4, False, True, 1, 17)
+        mha_case(attend_run, tmp, 96, 8, True, True, 3, 33, prefix="encoder.layers.2.self_attn.")
+        mha_case(attend_run, tmp, 40, 5, True, False, 1, 70)
+        llama_case(attend_run, tmp, 64, 8, 2, 16, True)
+        llama_case(attend_run, tmp, 128, 4, 1, 32, False)
+        llama_case(attend_run, tmp, 64, 8, 2, 16, True, dtype="BF16")
+        llama_case(attend_run, tmp, 64, 8, 2, 16, True, dtype="F16", decode=5)
+        llama_case(attend_run, tmp, 64, 8, 2, 16, True, decode=7, cache="bf16")
+        # The attention map: a well-formed SVG with one cell per (query, key) for a small input.
+        svg = os.path.join(tmp, "map.svg")
+        run_attend(attend_run, ["-w", os.path.join(tmp, "llama.safetensors"), "-i", os.path.join(tmp, "x.npy"),
+                                "-o", os.path.join(tmp, "y.npy"), "--heads", "8", "--prefix",
+                                "model.layers.0.self_attn.", "--causal", "--attention-map", svg, "--head", "3"])
+        root = ET.parse(svg).getroot()
+        cells = sum(1 for e in root.iter() if e.tag.endswith("rect"))
+        ok = cells >= 21 * 21
+        print(f"{'ok' if ok else 'FAIL':4} attention map: {cells} rects")
+        if not ok:
+            failures.append("attention map")
+    if failures:
+        print(f"{len(failures)} comparisons failed")
+        return 1
+    print("all comparisons within tolerance")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
