@@ -27,7 +27,6 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, int thr
       plan::make_plan(table, pr.batch, pr.q_heads, pr.kv_heads, pr.num_queries, max_keys, pr.head_dim, pr.value_dim);
   const int nthreads = parallel::resolve_threads(threads);
   float* partial = p.key_splits > 1 ? parallel::thread_buffer(p.partial_floats(), 1) : nullptr;
-  const float scale_log2e = pr.scale * 1.4426950408889634f;
   const int64_t Dv = pr.value_dim;
   const size_t kv_elem = pr.kv_type == kernels::KvType::f32 ? 4 : 2;
 
@@ -71,7 +70,7 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, int thr
     w.window = pr.window;
     w.key_begin = std::min(e.num_keys, split * p.split_keys);
     w.key_end = std::min(e.num_keys, w.key_begin + p.split_keys);
-    w.scale_log2e = scale_log2e;
+    w.scale = pr.scale;
     w.o = e.o + h0 * pr.o_head_stride;
     w.o_head_stride = pr.o_head_stride;
     w.o_row_stride = pr.o_row_stride;
@@ -87,7 +86,7 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, int thr
   if (!partial) return;
 
   // Merge the split-K partial states in split order (fixed, so the result does not depend on which
-  // thread computed which split): O = Σ 2^(m_c − M)·acc_c / Σ 2^(m_c − M)·l_c.
+  // thread computed which split): O = Σ e^(m_c − M)·acc_c / Σ e^(m_c − M)·l_c.
   auto merge = [&](int64_t bh) {
     const int64_t b = bh / p.kv_heads, hkv = bh % p.kv_heads;
     const BatchEntry& e = pr.entries[static_cast<size_t>(b)];
@@ -105,12 +104,12 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, int thr
         const float* split_base = base + c * split_floats;
         const float* ml = split_base + p.group_rows * Dv;
         if (ml[2 * r + 1] == 0.0f) continue;
-        const float f = std::exp2(ml[2 * r] - m);
+        const float f = std::exp(ml[2 * r] - m);
         l += f * ml[2 * r + 1];
         const float* acc = split_base + r * Dv;
         for (int64_t d = 0; d < Dv; ++d) out[d] += f * acc[d];
       }
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const float inv = l == 0.0f ? 0.0f : 1.0f / l;  // a NaN sum stays NaN
       for (int64_t d = 0; d < Dv; ++d) out[d] *= inv;
     }
   };

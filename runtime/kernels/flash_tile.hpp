@@ -5,10 +5,12 @@
 // its copy: a non-template inline function compiled with -mavx512f could otherwise be picked by the
 // linker for the whole program and crash an AVX2-only machine (see GUIDE.md).
 //
-// Algorithm (flash attention, base-2 online softmax): Q is scaled once by scale·log2(e); for each
-// tile of keys the scores S are computed, masked, their running row max m and sum l updated, and
-// the output accumulator rescaled by 2^(m_old − m_new) while it is reloaded for S·V. The n×n score
-// matrix never exists; scratch is O(tile).
+// Algorithm (flash attention, online softmax): Q is scaled once by `scale`; for each tile of keys the
+// scores S are computed, masked, their running row max m and sum l updated, and the output
+// accumulator rescaled by e^(m_old − m_new) while it is reloaded for P·V. Exponentials are
+// 2^((s − m)·log2 e): log2 e is applied after the max is subtracted, so finite logits up to
+// ±FLT_MAX never overflow (folding it into Q would turn logits above 2.4e38 into inf and then NaN).
+// The n×n score matrix never exists; scratch is O(tile).
 //
 // Two score layouts:
 //  * wide (prefill): Sᵀ = K·Qᵀ, keys × query rows. Q is transposed into a [D × rows] panel once per
@@ -248,7 +250,9 @@ struct PvArgs {
   int64_t keys;
 };
 
-template <class Arch, int R, int NV, class T>
+// Masked: the tile had masked keys. Their p is exactly 0, but 0 · V is NaN where V holds NaN or
+// inf, so a masked position would leak into rows that never saw it; the masked variant skips p == 0.
+template <class Arch, int R, int NV, class T, bool Masked>
 void pv_tile(const PvArgs& a) {
   using B = vfloat<Arch>;
   constexpr int W = B::size;
@@ -264,7 +268,13 @@ void pv_tile(const PvArgs& a) {
     for (int n = 0; n < NV; ++n) vv[n] = load_float<Arch>(v + n * W);
     for (int r = 0; r < R; ++r) {
       const B pb(p[r * a.p_row_stride]);
-      for (int n = 0; n < NV; ++n) acc[r][n] = xsimd::fma(pb, vv[n], acc[r][n]);
+      if constexpr (Masked) {
+        // Skip exactly p == 0 (an ordered compare: a NaN weight is not skipped and poisons its row).
+        const auto dead = pb == B(0.0f);
+        for (int n = 0; n < NV; ++n) acc[r][n] = xsimd::select(dead, acc[r][n], xsimd::fma(pb, vv[n], acc[r][n]));
+      } else {
+        for (int n = 0; n < NV; ++n) acc[r][n] = xsimd::fma(pb, vv[n], acc[r][n]);
+      }
     }
   }
   for (int r = 0; r < R; ++r)
@@ -280,9 +290,10 @@ constexpr auto make_score_table(std::integer_sequence<int, I...>) {
   return std::array<void (*)(const ScoreArgs&), sizeof...(I)>{
       &score_tile<Arch, I / kMaxScoreNV + 1, I % kMaxScoreNV + 1>...};
 }
-template <class Arch, class T, int... I>
+template <class Arch, class T, bool Masked, int... I>
 constexpr auto make_pv_table(std::integer_sequence<int, I...>) {
-  return std::array<void (*)(const PvArgs&), sizeof...(I)>{&pv_tile<Arch, I / kMaxPvNV + 1, I % kMaxPvNV + 1, T>...};
+  return std::array<void (*)(const PvArgs&), sizeof...(I)>{
+      &pv_tile<Arch, I / kMaxPvNV + 1, I % kMaxPvNV + 1, T, Masked>...};
 }
 
 template <class Arch>
@@ -292,15 +303,16 @@ inline void score_dispatch(int r, int nv, const ScoreArgs& a) {
 }
 
 template <class Arch, class T>
-inline void pv_dispatch(int r, int nv, const PvArgs& a) {
-  static constexpr auto table = make_pv_table<Arch, T>(std::make_integer_sequence<int, kMaxPvR * kMaxPvNV>{});
-  table[(r - 1) * kMaxPvNV + (nv - 1)](a);
+inline void pv_dispatch(int r, int nv, bool masked, const PvArgs& a) {
+  static constexpr auto plain = make_pv_table<Arch, T, false>(std::make_integer_sequence<int, kMaxPvR * kMaxPvNV>{});
+  static constexpr auto guarded = make_pv_table<Arch, T, true>(std::make_integer_sequence<int, kMaxPvR * kMaxPvNV>{});
+  (masked ? guarded : plain)[(r - 1) * kMaxPvNV + (nv - 1)](a);
 }
 
 // O[rows][Dvp] = alpha·O + P·V over one key tile, split into register blocks. V holds elements of E.
 template <class Arch, class E>
 void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int64_t p_row_stride, int64_t p_key_stride,
-              const E* v, int64_t ldv, int64_t rows, int64_t value_vectors, int64_t keys) {
+              const E* v, int64_t ldv, int64_t rows, int64_t value_vectors, int64_t keys, bool masked) {
   using T = Tiles<Arch>;
   constexpr int W = T::W;
   for (int64_t r0 = 0; r0 < rows; r0 += T::kPvRows) {
@@ -317,7 +329,7 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
                v + c * W,
                ldv,
                keys};
-      pv_dispatch<Arch, E>(R, nv, a);
+      pv_dispatch<Arch, E>(R, nv, masked, a);
     }
   }
 }
@@ -368,8 +380,9 @@ void write_rows(const FlashWork& w, const RowMap& rows, const float* oacc, int64
       std::memcpy(w.partial_acc + r * dv, src, sizeof(float) * dv);
       continue;
     }
-    // A row with no visible key has l == 0: it outputs zeros (documented), never 0/0.
-    const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+    // A row with no visible key has l == 0: it outputs zeros (documented), never 0/0. A NaN sum
+    // (a NaN logit or value the row saw) stays NaN.
+    const float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
     float* dst = rows.o(r);
     int64_t d = 0;
     for (; d + W <= dv; d += W) (B::load_aligned(src + d) * B(inv)).store_unaligned(dst + d);
@@ -469,7 +482,7 @@ void flash_wide(const FlashWork& w, float* scratch) {
     l[r] = 0.0f;
     if (r < nr) {
       const float* q = rows.q(r);
-      for (int64_t d = 0; d < depth; ++d) qt[d * ldr + r] = q[d] * w.scale_log2e;
+      for (int64_t d = 0; d < depth; ++d) qt[d * ldr + r] = q[d] * w.scale;
     } else {
       for (int64_t d = 0; d < depth; ++d) qt[d * ldr + r] = 0.0f;
     }
@@ -504,10 +517,11 @@ void flash_wide(const FlashWork& w, float* scratch) {
     if (w.bias) {
       for (int64_t r = 0; r < nr; ++r) {
         const float* b = rows.bias(r) + j0 * w.bias_key_stride;
-        for (int64_t jj = 0; jj < nk; ++jj) st[jj * ldr + r] += b[jj * w.bias_key_stride] * kLog2e;
+        for (int64_t jj = 0; jj < nk; ++jj) st[jj * ldr + r] += b[jj * w.bias_key_stride];
       }
     }
-    // Tiles that every row sees whole skip the mask.
+    // Tiles that every row sees whole skip the mask (and use the unguarded P·V).
+    const bool masked = !(max_lo <= j0 && min_hi >= j0 + nk) || w.bias != nullptr;
     if (!(max_lo <= j0 && min_hi >= j0 + nk)) {
       for (int64_t jj = 0; jj < nk; ++jj) {
         const B jf(static_cast<float>(j0 + jj));
@@ -526,11 +540,11 @@ void flash_wide(const FlashWork& w, float* scratch) {
       const B m_new = xsimd::max(m_old, mx);
       // All keys masked so far: use 0 as the reference so exp2(−inf − ref) is 0, not NaN.
       const B ref = xsimd::select(m_new == B(kNegInf), B(0.0f), m_new);
-      const B a = exp2_nonpositive<Arch>(m_old - ref);
+      const B a = exp2_nonpositive<Arch>((m_old - ref) * B(kLog2e));
       B sum(0.0f);
       for (int64_t jj = 0; jj < nk; ++jj) {
         float* s = st + jj * ldr + n * W;
-        const B p = exp2_nonpositive<Arch>(B::load_aligned(s) - ref);
+        const B p = exp2_nonpositive<Arch>((B::load_aligned(s) - ref) * B(kLog2e));
         p.store_aligned(s);
         sum += p;
       }
@@ -539,10 +553,11 @@ void flash_wide(const FlashWork& w, float* scratch) {
       a.store_aligned(alpha + n * W);
     }
     if (kFloat && w.value_dim % W == 0) {
-      pv_block<Arch>(oacc, dvp, alpha, st, 1, ldr, vbase + j0 * w.v_row_stride, w.v_row_stride, nr, dvp / W, nk);
+      pv_block<Arch>(oacc, dvp, alpha, st, 1, ldr, vbase + j0 * w.v_row_stride, w.v_row_stride, nr, dvp / W, nk,
+                     masked);
     } else {  // pad (and widen) V rows so the microkernel never reads past a row
       to_f32_panel(vbase + j0 * w.v_row_stride, w.v_row_stride, nk, w.value_dim, dvp, scratch + L.vpanel);
-      pv_block<Arch>(oacc, dvp, alpha, st, 1, ldr, scratch + L.vpanel, dvp, nr, dvp / W, nk);
+      pv_block<Arch>(oacc, dvp, alpha, st, 1, ldr, scratch + L.vpanel, dvp, nr, dvp / W, nk, masked);
     }
   }
   write_rows<Arch>(w, rows, oacc, dvp, m, l);
@@ -630,7 +645,7 @@ void flash_narrow(const FlashWork& w, float* scratch) {
     m[r] = kNegInf;
     l[r] = 0.0f;
     const float* q = rows.q(r);
-    for (int64_t d = 0; d < depth; ++d) qn[r * depth + d] = q[d] * w.scale_log2e;
+    for (int64_t d = 0; d < depth; ++d) qn[r * depth + d] = q[d] * w.scale;
   }
   std::memset(zeros, 0, sizeof(float) * depth);
   std::memset(oacc, 0, sizeof(float) * nr * dvp);
@@ -656,14 +671,15 @@ void flash_narrow(const FlashWork& w, float* scratch) {
       narrow_scores_dispatch<Arch, E>(row_pack, kbase + (j0 + jg) * w.k_row_stride, w.k_row_stride, min64(W, nk - jg),
                                       qn, depth, reinterpret_cast<const E*>(zeros), s + jg, ldsn, nr);
     }
+    const bool whole = max_lo <= j0 && min_hi >= j0 + nk;
+    const bool masked = !whole || w.bias != nullptr;
     for (int64_t r = 0; r < nr; ++r) {
       float* sr = s + r * ldsn;
       if (w.bias) {
         const float* b = rows.bias(r) + j0 * w.bias_key_stride;
-        for (int64_t jj = 0; jj < nk; ++jj) sr[jj] += b[jj * w.bias_key_stride] * kLog2e;
+        for (int64_t jj = 0; jj < nk; ++jj) sr[jj] += b[jj * w.bias_key_stride];
       }
       // Mask when the tile is not wholly visible, and always the padding past nk.
-      const bool whole = max_lo <= j0 && min_hi >= j0 + nk;
       const B lo_v(static_cast<float>(rlo[r] - j0)), hi_v(static_cast<float>(min64(rhi[r], j0 + nk) - j0));
       for (int64_t jj = whole ? nkp - (nk % W ? W : 0) : 0; jj < nkp; jj += W) {
         const B jf = iota + B(static_cast<float>(jj));
@@ -677,20 +693,21 @@ void flash_narrow(const FlashWork& w, float* scratch) {
       const float ref = m_new == kNegInf ? 0.0f : m_new;
       B sum(0.0f);
       for (int64_t jj = 0; jj < nkp; jj += W) {
-        const B p = exp2_nonpositive<Arch>(B::load_aligned(sr + jj) - B(ref));
+        const B p = exp2_nonpositive<Arch>((B::load_aligned(sr + jj) - B(ref)) * B(kLog2e));
         p.store_aligned(sr + jj);
         sum += p;
       }
-      const float a = exp2_nonpositive<Arch>(B(m[r] - ref)).get(0);
+      const float a = exp2_nonpositive<Arch>(B((m[r] - ref) * kLog2e)).get(0);
       l[r] = l[r] * a + xsimd::hadd(sum);
       m[r] = m_new;
       alpha[r] = a;
     }
     if (w.value_dim % W == 0) {  // V read (and widened) in place
-      pv_block<Arch>(oacc, dvp, alpha, s, ldsn, 1, vbase + j0 * w.v_row_stride, w.v_row_stride, nr, dvp / W, nk);
+      pv_block<Arch>(oacc, dvp, alpha, s, ldsn, 1, vbase + j0 * w.v_row_stride, w.v_row_stride, nr, dvp / W, nk,
+                     masked);
     } else {
       to_f32_panel(vbase + j0 * w.v_row_stride, w.v_row_stride, nk, w.value_dim, dvp, scratch + L.vpanel);
-      pv_block<Arch>(oacc, dvp, alpha, s, ldsn, 1, scratch + L.vpanel, dvp, nr, dvp / W, nk);
+      pv_block<Arch>(oacc, dvp, alpha, s, ldsn, 1, scratch + L.vpanel, dvp, nr, dvp / W, nk, masked);
     }
   }
   write_rows<Arch>(w, rows, oacc, dvp, m, l);

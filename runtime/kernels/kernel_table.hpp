@@ -51,10 +51,10 @@ struct FlashWork {
   // The key range this work item covers (a split of [0, Nk) for split-K decode, else all keys).
   int64_t key_begin, key_end;
 
-  float scale_log2e;  // scale · log2(e): folded into Q once, the softmax runs in base 2
+  float scale;  // multiplies Q·Kᵀ (folded into Q once)
 
   // Output. Final: o[g*o_head_stride + i*o_row_stride + d], normalised.
-  // Partial (split-K): per row r of the block, partial_ml[2*r] = running max (base 2),
+  // Partial (split-K): per row r of the block, partial_ml[2*r] = running max of the scores,
   // partial_ml[2*r+1] = sum, partial_acc[r*value_dim + d] = unnormalised accumulator.
   float* o;
   int64_t o_head_stride, o_row_stride;
