@@ -22,9 +22,11 @@ jobs="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
 packages=(g++ cmake make libdnnl-dev libxsimd-dev libgtest-dev libbenchmark-dev ocl-icd-opencl-dev
   nlohmann-json3-dev libcli11-dev)
 # The test suite also compares with PyTorch (Debian's torch belongs to /usr/bin/python3; without
-# OpenMP OpenBLAS it falls back to a reference BLAS ~10x slower) and fuzzes with clang's libFuzzer.
+# OpenMP OpenBLAS it falls back to a reference BLAS ~10x slower), fuzzes with clang's libFuzzer,
+# checks the pkg-config file, and CI cross-builds the NEON path for aarch64 and runs it under qemu.
 if [[ "$verb" == test ]]; then
-  packages+=(python3 python3-torch python3-numpy libopenblas0-openmp clang libclang-rt-14-dev)
+  packages+=(python3 python3-torch python3-numpy libopenblas0-openmp clang libclang-rt-14-dev pkg-config
+    g++-aarch64-linux-gnu qemu-user)
 fi
 
 missing=()

@@ -1,6 +1,8 @@
 #include "onednn_matmul.hpp"
 
+#if defined(ATTEND_HAVE_OPENMP)
 #include <omp.h>
+#endif
 
 #include <attend/error.hpp>
 #include <attend/isa.hpp>
@@ -41,6 +43,7 @@ void to_bf16(const float* x, uint16_t* y, int64_t n) {
 // regions from it, so this is how a call is limited to `threads`).
 class OmpThreadLimit {
  public:
+#if defined(ATTEND_HAVE_OPENMP)
   explicit OmpThreadLimit(int threads) : saved_(omp_get_max_threads()) {
     if (threads > 0) omp_set_num_threads(threads);
   }
@@ -48,6 +51,9 @@ class OmpThreadLimit {
 
  private:
   int saved_;
+#else
+  explicit OmpThreadLimit(int) {}
+#endif
 };
 
 }  // namespace

@@ -110,7 +110,7 @@ inline float horizontal_max(vfloat<Arch> v) {
   alignas(64) float lanes[vfloat<Arch>::size];
   v.store_aligned(lanes);
   float m = lanes[0];
-  for (int i = 1; i < vfloat<Arch>::size; ++i) m = lanes[i] > m ? lanes[i] : m;
+  for (int i = 1; i < static_cast<int>(vfloat<Arch>::size); ++i) m = lanes[i] > m ? lanes[i] : m;
   return m;
 }
 
@@ -161,7 +161,7 @@ inline vfloat<Arch> load_float(const float* p) {
 template <class Arch, class T>
 inline vfloat<Arch> load_float_scalar(const T* p) {
   alignas(64) float tmp[vfloat<Arch>::size];
-  for (int i = 0; i < vfloat<Arch>::size; ++i) tmp[i] = to_float(p[i]);
+  for (int i = 0; i < static_cast<int>(vfloat<Arch>::size); ++i) tmp[i] = to_float(p[i]);
   return vfloat<Arch>::load_aligned(tmp);
 }
 

@@ -1,6 +1,8 @@
 #include "scheduler.hpp"
 
+#if defined(ATTEND_HAVE_OPENMP)
 #include <omp.h>
+#endif
 
 #include <exception>
 #include <memory>
@@ -9,7 +11,13 @@
 
 namespace attend::parallel {
 
+#if defined(ATTEND_HAVE_OPENMP)
 int resolve_threads(int requested) { return requested > 0 ? requested : omp_get_max_threads(); }
+#else
+// Built without OpenMP (ATTEND_OPENMP=OFF, for sanitizer and fuzz builds): everything runs on the
+// calling thread. Results are the same bits, since work is split by shape only.
+int resolve_threads(int requested) { return requested > 0 ? requested : 1; }
+#endif
 
 void parallel_for(int64_t count, int threads, const std::function<void(int64_t)>& body) {
   if (count <= 0) return;
@@ -18,6 +26,9 @@ void parallel_for(int64_t count, int threads, const std::function<void(int64_t)>
     for (int64_t i = 0; i < count; ++i) body(i);
     return;
   }
+#if !defined(ATTEND_HAVE_OPENMP)
+  for (int64_t i = 0; i < count; ++i) body(i);
+#else
   std::exception_ptr error;
   std::mutex error_mutex;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
@@ -30,6 +41,7 @@ void parallel_for(int64_t count, int threads, const std::function<void(int64_t)>
     }
   }
   if (error) std::rethrow_exception(error);
+#endif
 }
 
 namespace {

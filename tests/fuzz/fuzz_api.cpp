@@ -1,0 +1,198 @@
+// libFuzzer target for the public API: scaled_dot_product_attention with random shapes, strides,
+// masks, biases and options (sometimes deliberately invalid), and the attention layer with a
+// random configuration. Every call must either throw attend::Error — leaving the output exactly as
+// it was — or succeed and match the double-precision reference. Buffers are sized exactly, so
+// AddressSanitizer catches any access outside them.
+#include <attend/attend.hpp>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "reference/reference_attention.hpp"
+#include "reference/reference_layer.hpp"
+
+namespace {
+
+// Reads bounded values from the fuzzer's bytes (zeros once they run out).
+struct Input {
+  const uint8_t* p;
+  size_t n;
+  uint8_t byte() {
+    if (!n) return 0;
+    --n;
+    return *p++;
+  }
+  int64_t range(int64_t lo, int64_t hi) { return lo + byte() % (hi - lo + 1); }
+  bool flag() { return byte() & 1; }
+};
+
+[[noreturn]] void fail() { __builtin_trap(); }
+
+std::vector<float> values(std::mt19937& rng, size_t n, float scale) {
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+void check_close(const std::vector<float>& got, const std::vector<double>& want, double tol) {
+  double scale = 1e-2;
+  for (double w : want) scale = std::max(scale, std::abs(w));
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::abs(got[i] - want[i]) <= tol * scale)) fail();
+}
+
+void fuzz_sdpa(Input& in, std::mt19937& rng) {
+  const int64_t B = in.range(0, 2), Hkv = in.range(1, 3), G = in.range(1, 3), Nq = in.range(0, 20),
+                Nk = in.range(0, 40), D = in.range(0, 20), Dv = in.range(1, 20);
+  const int64_t Hq = Hkv * G + (in.range(0, 15) == 0 ? 1 : 0);  // sometimes not a multiple
+  const bool bnhd = in.flag();
+  const int64_t pad = in.range(0, 3);
+  // [B, H, N, X] stored as [B, H, N, X+pad] or [B, N, H, X+pad].
+  auto strides = [&](int64_t H, int64_t N, int64_t X) -> attend::TensorView::Dims {
+    const int64_t row = X + pad;
+    return bnhd ? attend::TensorView::Dims{N * H * row, row, H * row, 1}
+                : attend::TensorView::Dims{H * N * row, N * row, row, 1};
+  };
+  const float mag = in.flag() ? 1.0f : 8.0f;
+  const auto q = values(rng, static_cast<size_t>(std::max<int64_t>(1, B * Hq * Nq * (D + pad))), mag);
+  const auto k = values(rng, static_cast<size_t>(std::max<int64_t>(1, B * Hkv * Nk * (D + pad))), mag);
+  const auto v = values(rng, static_cast<size_t>(std::max<int64_t>(1, B * Hkv * Nk * (Dv + pad))), 1.0f);
+  std::vector<float> o(static_cast<size_t>(std::max<int64_t>(1, B * Hq * Nq * (Dv + pad))), 12345.0f);
+  const attend::TensorView qv(q.data(), {B, Hq, Nq, D}, strides(Hq, Nq, D)),
+      kv(k.data(), {B, Hkv, Nk, D}, strides(Hkv, Nk, D)), vv(v.data(), {B, Hkv, Nk, Dv}, strides(Hkv, Nk, Dv));
+  attend::TensorView ov(o.data(), {B, Hq, Nq, Dv}, strides(Hq, Nq, Dv));
+  const uint8_t twist = in.byte();
+  if (twist == 1) ov = attend::TensorView(const_cast<float*>(q.data()), ov.shape(), ov.strides());  // aliases q
+  if (twist == 2) ov = attend::TensorView(o.data(), ov.shape(), {0, 0, 0, 1});                      // self-aliasing
+  if (twist == 3) ov = attend::TensorView(static_cast<const float*>(o.data()), ov.shape(), ov.strides());  // read-only
+
+  attend::SdpaOptions opt;
+  opt.causal = in.flag();
+  opt.window = in.range(-1, 8);
+  if (in.range(0, 3) == 0) opt.scale = in.flag() ? INFINITY : 0.3f;
+  std::vector<int64_t> lens;
+  if (in.flag()) {
+    for (int64_t b = 0; b < B + (in.range(0, 7) == 0 ? 1 : 0); ++b) lens.push_back(in.range(-1, Nk + 1));
+    opt.kv_lens = lens;
+  }
+  std::vector<float> bias;
+  if (in.flag()) {
+    attend::TensorView::Dims bs{in.flag() ? B : 1, in.flag() ? Hq : 1, in.flag() ? Nq : 1, in.flag() ? Nk : 1};
+    if (in.range(0, 7) == 0) bs[3] += 1;  // does not broadcast
+    bias = values(rng, static_cast<size_t>(std::max<int64_t>(1, bs[0] * bs[1] * bs[2] * bs[3])), 2.0f);
+    opt.bias = attend::TensorView::dense(static_cast<const float*>(bias.data()), bs);
+  }
+  const attend::Isa isas[4] = {attend::Isa::automatic, attend::Isa::generic, attend::Isa::avx2, attend::Isa::avx512};
+  opt.isa = isas[in.range(0, 3)];
+  opt.num_threads = static_cast<int>(in.range(0, 3));
+
+  const std::vector<float> before = o;
+  try {
+    attend::scaled_dot_product_attention(qv, kv, vv, ov, opt);
+  } catch (const attend::Error&) {
+    if (std::memcmp(before.data(), o.data(), o.size() * sizeof(float)) != 0) fail();  // rejected calls write nothing
+    return;
+  }
+  if (twist >= 1 && twist <= 3 && B * Hq * Nq * Dv > 0) fail();  // invalid outputs must be rejected
+  const std::vector<double> want = attend::testing::reference_attention(qv, kv, vv, opt);
+  std::vector<float> got(want.size());
+  for (int64_t b = 0, i = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t n = 0; n < Nq; ++n)
+        for (int64_t d = 0; d < Dv; ++d, ++i)
+          got[static_cast<size_t>(i)] =
+              o[static_cast<size_t>(b * ov.stride(0) + h * ov.stride(1) + n * ov.stride(2) + d)];
+  check_close(got, want, 1e-4);
+}
+
+void fuzz_layer(Input& in, std::mt19937& rng) {
+  attend::testing::RefLayer ref;
+  ref.hkv = in.range(1, 2);
+  ref.hq = ref.hkv * in.range(1, 3);
+  ref.hd = 2 * in.range(1, 6);
+  ref.dm = in.range(1, 40);
+  ref.rope = in.flag();
+  const bool bias = in.flag(), causal = in.flag(), cached = in.flag();
+  const float ws = 1.0f / std::sqrt(static_cast<float>(ref.dm));
+  ref.wq = values(rng, static_cast<size_t>(ref.hq * ref.hd * ref.dm), ws);
+  ref.wk = values(rng, static_cast<size_t>(ref.hkv * ref.hd * ref.dm), ws);
+  ref.wv = values(rng, static_cast<size_t>(ref.hkv * ref.hd * ref.dm), ws);
+  ref.wo = values(rng, static_cast<size_t>(ref.dm * ref.hq * ref.hd), 0.3f);
+  if (bias) {
+    ref.bq = values(rng, static_cast<size_t>(ref.hq * ref.hd), 0.5f);
+    ref.bk = values(rng, static_cast<size_t>(ref.hkv * ref.hd), 0.5f);
+    ref.bv = values(rng, static_cast<size_t>(ref.hkv * ref.hd), 0.5f);
+    ref.bo = values(rng, static_cast<size_t>(ref.dm), 0.5f);
+  }
+  attend::MhaConfig cfg;
+  cfg.d_model = ref.dm;
+  cfg.n_heads = ref.hq;
+  cfg.n_kv_heads = ref.hkv;
+  cfg.head_dim = ref.hd;
+  cfg.bias = bias;
+  cfg.rope = ref.rope;
+  cfg.causal = causal;
+  attend::MhaWeights w;
+  w.q = ref.wq.data();
+  w.k = ref.wk.data();
+  w.v = ref.wv.data();
+  w.o = ref.wo.data();
+  if (bias) {
+    w.q_bias = ref.bq.data();
+    w.k_bias = ref.bk.data();
+    w.v_bias = ref.bv.data();
+    w.o_bias = ref.bo.data();
+  }
+  const attend::MultiHeadAttention layer(cfg, w);
+  const int64_t batch = in.range(1, 2), tokens = in.range(1, 12);
+  const auto x = values(rng, static_cast<size_t>(batch * tokens * ref.dm), 1.0f);
+  std::vector<float> y(x.size(), 7.0f);
+  if (!cached) {
+    layer.forward(x.data(), y.data(), batch, tokens);
+    check_close(y, ref.forward(x, batch, tokens, causal), 1e-4);
+    return;
+  }
+  // Through a small cache: a prefill then the rest one token at a time; a capacity that is sometimes
+  // too small must make the overflowing call throw and change nothing.
+  const int64_t capacity = in.range(1, 14), split = in.range(1, tokens);
+  attend::KVCache cache({ref.hkv, ref.hd, 2, capacity, attend::DType::f32});
+  std::vector<int64_t> seqs = {1, 0};
+  seqs.resize(static_cast<size_t>(batch));
+  auto step = [&](int64_t t0, int64_t n) {
+    std::vector<float> xs(static_cast<size_t>(batch * n * ref.dm)), ys(xs.size(), 7.0f);
+    for (int64_t b = 0; b < batch; ++b)
+      std::memcpy(&xs[static_cast<size_t>(b * n * ref.dm)], &x[static_cast<size_t>((b * tokens + t0) * ref.dm)],
+                  sizeof(float) * static_cast<size_t>(n * ref.dm));
+    const int64_t len_before = cache.length(seqs[0]);
+    try {
+      layer.forward_cached(xs.data(), ys.data(), batch, n, cache, seqs);
+    } catch (const attend::Error&) {
+      if (len_before + n <= capacity || cache.length(seqs[0]) != len_before) fail();
+      for (float v : ys)
+        if (v != 7.0f) fail();
+      return false;
+    }
+    for (int64_t b = 0; b < batch; ++b)
+      std::memcpy(&y[static_cast<size_t>((b * tokens + t0) * ref.dm)], &ys[static_cast<size_t>(b * n * ref.dm)],
+                  sizeof(float) * static_cast<size_t>(n * ref.dm));
+    return true;
+  };
+  bool ok = step(0, split);
+  for (int64_t t = split; ok && t < tokens; ++t) ok = step(t, 1);
+  if (ok) check_close(y, ref.forward(x, batch, tokens, true), 1e-4);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Input in{data, size};
+  std::mt19937 rng(in.byte() | (in.byte() << 8));
+  if (in.range(0, 3) == 0)
+    fuzz_layer(in, rng);
+  else
+    fuzz_sdpa(in, rng);
+  return 0;
+}
