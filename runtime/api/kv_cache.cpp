@@ -155,9 +155,7 @@ void cached_attention(const TensorView& q, const TensorView& k_new, const Tensor
   p.o_row_stride = o.stride(2);
   p.k_head_stride = p.v_head_stride = c.capacity * D;
   p.k_row_stride = p.v_row_stride = D;
-  p.kv_type = c.dtype == DType::f32    ? kernels::KvType::f32
-              : c.dtype == DType::bf16 ? kernels::KvType::bf16
-                                       : kernels::KvType::f16;
+  p.kv_type = detail::KVCacheAccess::kv_type(cache);
   p.causal = true;
   p.window = opt.window;
   p.scale = opt.scale != 0.0f ? opt.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
@@ -175,6 +173,14 @@ void cached_attention(const TensorView& q, const TensorView& k_new, const Tensor
 
 namespace detail {
 int64_t KVCacheAccess::element_bytes(const KVCache& c) { return c.impl_->element_bytes; }
+kernels::KvType KVCacheAccess::kv_type(const KVCache& c) {
+  switch (c.impl_->config.dtype) {
+    case DType::bf16: return kernels::KvType::bf16;
+    case DType::f16: return kernels::KvType::f16;
+    case DType::f32: break;
+  }
+  return kernels::KvType::f32;
+}
 void* KVCacheAccess::keys(KVCache& c, int64_t seq) { return c.impl_->keys.get() + c.impl_->slot_bytes * seq; }
 void* KVCacheAccess::values(KVCache& c, int64_t seq) { return c.impl_->values.get() + c.impl_->slot_bytes * seq; }
 const void* KVCacheAccess::keys(const KVCache& c, int64_t seq) {

@@ -164,34 +164,30 @@ struct MultiHeadAttention::Impl {
   // Attention output rows → y through W_O.
   void output(const float* attn, float* y, int64_t m, int threads) const { o->run(attn, y, m, threads); }
 
-  // Stores `tokens` K/V rows of each sequence at positions start(b)… in its slot.
-  template <class StartFn>
-  void store_kv(KVCache& cache, std::span<const int64_t> seqs, const Projected& p, int64_t batch, int64_t tokens,
-                StartFn start) const {
+  // Stores `tokens` K/V rows of each sequence as the start of its slot (cross-attention memory).
+  void store_kv(KVCache& cache, std::span<const int64_t> seqs, const Projected& p, int64_t batch,
+                int64_t tokens) const {
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t t = 0; t < tokens; ++t) {
         const float* krow = p.k + (b * tokens + t) * p.ldkv;
         const float* vrow = p.v + (b * tokens + t) * p.ldkv;
         for (int64_t h = 0; h < hkv; ++h)
-          detail::KVCacheAccess::store(cache, seqs[static_cast<size_t>(b)], h, start(b) + t, krow + h * hd,
-                                       vrow + h * hd);
+          detail::KVCacheAccess::store(cache, seqs[static_cast<size_t>(b)], h, t, krow + h * hd, vrow + h * hd);
       }
   }
 
-  // Fills the entries' K/V from cache slots with `keys(b)` keys each.
-  template <class KeysFn>
-  void cache_entries(exec::Problem& p, const KVCache& cache, std::span<const int64_t> seqs, KeysFn keys) const {
+  // Fills the entries' K/V with the slots' whole contents.
+  void cache_entries(exec::Problem& p, const KVCache& cache, std::span<const int64_t> seqs) const {
     const KVCacheConfig& c = cache.config();
-    p.kv_type = c.dtype == DType::f32    ? kernels::KvType::f32
-                : c.dtype == DType::bf16 ? kernels::KvType::bf16
-                                         : kernels::KvType::f16;
+    p.kv_type = detail::KVCacheAccess::kv_type(cache);
     p.k_head_stride = p.v_head_stride = c.capacity * hd;
     p.k_row_stride = p.v_row_stride = hd;
     for (int64_t b = 0; b < p.batch; ++b) {
+      const int64_t seq = seqs[static_cast<size_t>(b)];
       exec::BatchEntry& e = p.entries[static_cast<size_t>(b)];
-      e.k = detail::KVCacheAccess::keys(cache, seqs[static_cast<size_t>(b)]);
-      e.v = detail::KVCacheAccess::values(cache, seqs[static_cast<size_t>(b)]);
-      e.num_keys = e.valid_keys = keys(b);
+      e.k = detail::KVCacheAccess::keys(cache, seq);
+      e.v = detail::KVCacheAccess::values(cache, seq);
+      e.num_keys = e.valid_keys = cache.length(seq);
     }
   }
 };
@@ -314,30 +310,24 @@ void MultiHeadAttention::forward_cached(const float* x, float* y, int64_t batch,
       fail("forward_cached: sequence " + str(seq) + " holds " + str(start[static_cast<size_t>(b)]) + " tokens; " +
            str(tokens) + " more exceed its capacity " + str(cache.config().capacity));
   }
-  const kernels::KernelTable& table = dispatch::kernel_table_for(Isa::automatic);
   if (batch * tokens == 0) return;
-  // Nothing below throws an attend::Error: the cache is modified only once every check passed.
   const int64_t m = batch * tokens;
   const Projected p = s.project(x, m, true, true, num_threads);
-  auto pos = [&](int64_t b, int64_t t) { return start[static_cast<size_t>(b)] + t; };
   if (s.cfg.rope) {
+    auto pos = [&](int64_t b, int64_t t) { return start[static_cast<size_t>(b)] + t; };
     s.rope(p.q, p.ldq, s.hq, batch, tokens, pos);
     s.rope(p.k, p.ldkv, s.hkv, batch, tokens, pos);
   }
-  s.store_kv(cache, seqs, p, batch, tokens, [&](int64_t b) { return start[static_cast<size_t>(b)]; });
-  for (int64_t b = 0; b < batch; ++b)
-    detail::KVCacheAccess::set_length(cache, seqs[static_cast<size_t>(b)], start[static_cast<size_t>(b)] + tokens);
-
+  // Append and attend through the public cache entry point, reading Q, K and V straight out of the
+  // projection rows through strided views (it re-validates, then changes the cache).
   float* attn = parallel::thread_buffer(static_cast<size_t>(m * s.q_out), 4);
-  exec::Problem pr = s.problem(batch, tokens);
-  pr.q_row_stride = p.ldq;
-  pr.causal = true;
-  s.cache_entries(pr, cache, seqs, [&](int64_t b) { return start[static_cast<size_t>(b)] + tokens; });
-  for (int64_t b = 0; b < batch; ++b) {
-    pr.entries[static_cast<size_t>(b)].q = p.q + b * tokens * p.ldq;
-    pr.entries[static_cast<size_t>(b)].o = attn + b * tokens * s.q_out;
-  }
-  exec::run_attention(pr, table, num_threads);
+  const TensorView::Dims qs{tokens * p.ldq, s.hd, p.ldq, 1}, kvs{tokens * p.ldkv, s.hd, p.ldkv, 1};
+  SdpaOptions opt;
+  opt.num_threads = num_threads;
+  cached_attention(TensorView(static_cast<const float*>(p.q), {batch, s.hq, tokens, s.hd}, qs),
+                   TensorView(static_cast<const float*>(p.k), {batch, s.hkv, tokens, s.hd}, kvs),
+                   TensorView(static_cast<const float*>(p.v), {batch, s.hkv, tokens, s.hd}, kvs), cache, seqs,
+                   TensorView(attn, {batch, s.hq, tokens, s.hd}, {tokens * s.q_out, s.hd, s.q_out, 1}), opt);
   s.output(attn, y, m, num_threads);
 }
 
@@ -352,7 +342,7 @@ void MultiHeadAttention::set_memory(const float* memory, int64_t batch, int64_t 
   if (num_threads < 0) fail("set_memory: num_threads must be >= 0");
   if (batch * tokens > 0) {
     const Projected p = s.project(memory, batch * tokens, false, true, num_threads);
-    s.store_kv(cache, seqs, p, batch, tokens, [](int64_t) { return int64_t{0}; });
+    s.store_kv(cache, seqs, p, batch, tokens);
   }
   for (int64_t b = 0; b < batch; ++b) detail::KVCacheAccess::set_length(cache, seqs[static_cast<size_t>(b)], tokens);
 }
@@ -371,7 +361,7 @@ void MultiHeadAttention::cross_attend(const float* x, float* y, int64_t batch, i
   exec::Problem pr = s.problem(batch, tokens);
   pr.q_row_stride = p.ldq;
   pr.causal = false;
-  s.cache_entries(pr, cache, seqs, [&](int64_t b) { return cache.length(seqs[static_cast<size_t>(b)]); });
+  s.cache_entries(pr, cache, seqs);
   for (int64_t b = 0; b < batch; ++b) {
     pr.entries[static_cast<size_t>(b)].q = p.q + b * tokens * p.ldq;
     pr.entries[static_cast<size_t>(b)].o = attn + b * tokens * s.q_out;
