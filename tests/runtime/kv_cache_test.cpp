@@ -12,6 +12,7 @@
 
 #include "../../runtime/numeric/convert.hpp"
 #include "../reference/reference_attention.hpp"
+#include "../test_tensors.hpp"
 
 namespace attend::testing {
 namespace {
@@ -45,14 +46,17 @@ TEST_P(CachedAttention, MatchesReferenceOverStoredValues) {
       for (int64_t b = 0; b < B; ++b)
         cache.append(seqs[b], TensorView(k.data() + b * Hkv * total * D, {1, Hkv, prefix, D}, {0, total * D, D, 1}),
                      TensorView(v.data() + b * Hkv * total * D, {1, Hkv, prefix, D}, {0, total * D, D, 1}));
-      std::vector<float> o(q.size(), 0.0f);
+      // Output inside NaN-patterned guards: a write past the tile shows up even without ASan.
+      TestTensor guarded = TestTensor::make({B, Hq, N, D});
+      guarded.fill(0.0f);
       SdpaOptions opt;
       opt.isa = isa;
       const TensorView::Dims new_strides{Hkv * total * D, total * D, D, 1};
       cached_attention(TensorView::dense(q.data(), {B, Hq, N, D}),
                        TensorView(k.data() + prefix * D, {B, Hkv, N, D}, new_strides),
-                       TensorView(v.data() + prefix * D, {B, Hkv, N, D}, new_strides), cache, seqs,
-                       TensorView::dense(o.data(), {B, Hq, N, D}), opt);
+                       TensorView(v.data() + prefix * D, {B, Hkv, N, D}, new_strides), cache, seqs, guarded.view, opt);
+      EXPECT_TRUE(guarded.guards_intact());
+      const std::vector<float> o(guarded.base(), guarded.base() + q.size());
       EXPECT_EQ(cache.length(2), total);
       EXPECT_EQ(cache.length(0), total);
       // Reference over what the cache holds.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../reference/reference_attention.hpp"
+#include "../test_tensors.hpp"
 
 namespace attend::testing {
 namespace {
@@ -30,12 +31,12 @@ struct Problem {
     for (float& x : v) x = u(rng);
   }
   std::vector<float> run(Isa isa, SdpaOptions opt) const {
-    std::vector<float> o(static_cast<size_t>(nq * d));
+    TestTensor o = TestTensor::make({1, 1, nq, d});  // inside NaN-patterned guards
     opt.isa = isa;
     scaled_dot_product_attention(TensorView::dense(q.data(), {1, 1, nq, d}), TensorView::dense(k.data(), {1, 1, nk, d}),
-                                 TensorView::dense(v.data(), {1, 1, nk, d}), TensorView::dense(o.data(), {1, 1, nq, d}),
-                                 opt);
-    return o;
+                                 TensorView::dense(v.data(), {1, 1, nk, d}), o.view, opt);
+    EXPECT_TRUE(o.guards_intact()) << "write outside the output";
+    return std::vector<float>(o.base(), o.base() + nq * d);
   }
   std::vector<double> reference(const SdpaOptions& opt) const {
     return reference_attention(TensorView::dense(q.data(), {1, 1, nq, d}), TensorView::dense(k.data(), {1, 1, nk, d}),
