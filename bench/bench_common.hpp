@@ -44,6 +44,19 @@ void timed_loop(benchmark::State& state, bool flush, F&& body) {
       state, flush, [] {}, body);
 }
 
+/// Times one decode step per iteration on a cache whose `batch` sequences (slots 0…batch−1) hold
+/// `length` tokens: each iteration first truncates them back to length − 1 (untimed) and flushes
+/// the last-level cache, then times `step` (which appends the step's token).
+template <class Cache, class Step>
+void timed_decode_steps(benchmark::State& state, Cache& cache, int64_t batch, int64_t length, Step&& step) {
+  timed_loop(
+      state, true,
+      [&] {
+        for (int64_t b = 0; b < batch; ++b) cache.truncate(b, length - 1);
+      },
+      step);
+}
+
 /// Collects the median of every entry for the summary tables.
 class SummaryReporter : public benchmark::BenchmarkReporter {
  public:

@@ -74,12 +74,7 @@ void bm_attend_cache(benchmark::State& state, const CacheShape* s, DType dtype) 
   const auto kn = TensorView::dense(static_cast<const float*>(d.k_new.data()), {s->B, s->Hkv, 1, s->D});
   const auto vn = TensorView::dense(static_cast<const float*>(d.v_new.data()), {s->B, s->Hkv, 1, s->D});
   const auto o = TensorView::dense(d.o.data(), {s->B, s->Hq, 1, s->D});
-  timed_loop(
-      state, true,
-      [&] {
-        for (int64_t b = 0; b < s->B; ++b) cache.truncate(b, s->L - 1);
-      },
-      [&] { cached_attention(q, kn, vn, cache, seqs, o); });
+  timed_decode_steps(state, cache, s->B, s->L, [&] { cached_attention(q, kn, vn, cache, seqs, o); });
   state.counters["FLOPS"] = benchmark::Counter(step_flops(*s), benchmark::Counter::kIsIterationInvariantRate);
   state.SetBytesProcessed(static_cast<int64_t>(step_bytes(*s, dtype == DType::f32 ? 4 : 2)) * state.iterations());
   state.counters["cache_MiB"] = static_cast<double>(cache.memory_bytes()) / (1 << 20);

@@ -129,12 +129,8 @@ void bm_attend_layer(benchmark::State& state, const NamedLayer* nl, DType wdt, D
     KVCache cache = filled_cache(s, d, cache_dtype);
     std::vector<int64_t> seqs(static_cast<size_t>(s.B));
     for (int64_t b = 0; b < s.B; ++b) seqs[static_cast<size_t>(b)] = b;
-    timed_loop(
-        state, true,
-        [&] {
-          for (int64_t b = 0; b < s.B; ++b) cache.truncate(b, s.cache_len - 1);
-        },
-        [&] { layer.forward_cached(d.x.data(), d.y.data(), s.B, 1, cache, seqs); });
+    timed_decode_steps(state, cache, s.B, s.cache_len,
+                       [&] { layer.forward_cached(d.x.data(), d.y.data(), s.B, 1, cache, seqs); });
   } else {
     timed_loop(state, false, [&] { layer.forward(d.x.data(), d.y.data(), s.B, s.N); });
   }
@@ -183,12 +179,7 @@ void bm_attend_attn(benchmark::State& state, const NamedLayer* nl) {
     KVCache cache = filled_cache(s, d);
     std::vector<int64_t> seqs(static_cast<size_t>(s.B));
     for (int64_t b = 0; b < s.B; ++b) seqs[static_cast<size_t>(b)] = b;
-    timed_loop(
-        state, true,
-        [&] {
-          for (int64_t b = 0; b < s.B; ++b) cache.truncate(b, s.cache_len - 1);
-        },
-        [&] { cached_attention(q, k, v, cache, seqs, o); });
+    timed_decode_steps(state, cache, s.B, s.cache_len, [&] { cached_attention(q, k, v, cache, seqs, o); });
   } else {
     SdpaOptions opt;
     opt.causal = true;
