@@ -24,7 +24,6 @@ const char* dtype_name(DType t) {
 
 struct KVCache::Impl {
   KVCacheConfig config;
-  int64_t element_bytes = 4;
   size_t slot_bytes = 0;  // one slot's K (or V) storage
   std::unique_ptr<unsigned char[]> keys, values;
   std::vector<int64_t> lengths;
@@ -40,8 +39,8 @@ KVCache::KVCache(const KVCacheConfig& c) : impl_(std::make_unique<Impl>()) {
          std::to_string(c.head_dim) + ", " + std::to_string(c.slots) + ", " + std::to_string(c.capacity) + ")");
   if (c.capacity >= (int64_t{1} << 24)) fail("capacity must be below 2^24 tokens");
   impl_->config = c;
-  impl_->element_bytes = c.dtype == DType::f32 ? 4 : 2;
-  impl_->slot_bytes = static_cast<size_t>(c.kv_heads * c.capacity * c.head_dim * impl_->element_bytes);
+  const int64_t element_bytes = c.dtype == DType::f32 ? 4 : 2;
+  impl_->slot_bytes = static_cast<size_t>(c.kv_heads * c.capacity * c.head_dim * element_bytes);
   const size_t total = impl_->slot_bytes * static_cast<size_t>(c.slots);
   impl_->keys.reset(new unsigned char[total]());
   impl_->values.reset(new unsigned char[total]());
@@ -172,7 +171,6 @@ void cached_attention(const TensorView& q, const TensorView& k_new, const Tensor
 }
 
 namespace detail {
-int64_t KVCacheAccess::element_bytes(const KVCache& c) { return c.impl_->element_bytes; }
 kernels::KvType KVCacheAccess::kv_type(const KVCache& c) {
   switch (c.impl_->config.dtype) {
     case DType::bf16: return kernels::KvType::bf16;

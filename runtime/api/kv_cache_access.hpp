@@ -11,8 +11,6 @@ namespace attend::detail {
 struct KVCacheAccess {
   /// The kernels' name for the storage type.
   static kernels::KvType kv_type(const KVCache& c);
-  /// Element bytes of the storage type (4 or 2).
-  static int64_t element_bytes(const KVCache& c);
   /// K / V of `seq`, kv head 0, token 0. Heads are capacity·head_dim elements apart, tokens head_dim.
   static void* keys(KVCache& c, int64_t seq);
   static void* values(KVCache& c, int64_t seq);

@@ -739,8 +739,8 @@ size_t scratch_floats(int64_t head_dim, int64_t value_dim, int64_t rows) {
 template <class Arch>
 KernelTable make_table(const char* name) {
   using T = Tiles<Arch>;
-  return KernelTable{name, KernelGeometry{T::W, T::kBlockRows, T::kBlockKeys, T::kNarrowMaxRows, T::kNarrowBlockKeys},
-                     &flash<Arch>, &scratch_floats<Arch>};
+  return KernelTable{name, KernelGeometry{T::kBlockRows, T::kBlockKeys, T::kNarrowMaxRows}, &flash<Arch>,
+                     &scratch_floats<Arch>};
 }
 
 }  // namespace

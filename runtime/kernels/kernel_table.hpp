@@ -64,11 +64,9 @@ struct FlashWork {
 
 /// Tile geometry of one ISA's kernels; the plan sizes scratch and blocks from it.
 struct KernelGeometry {
-  int vector_width;     // floats per vector register
   int block_rows;       // query rows per block (wide path)
   int block_keys;       // keys per tile (wide path)
   int narrow_max_rows;  // the narrow (decode) path is used for blocks of at most this many rows
-  int narrow_block_keys;
 };
 
 using FlashFn = void (*)(const FlashWork& work, float* scratch);
