@@ -81,17 +81,20 @@ Validated validate(const TensorView& q, const TensorView& k, const TensorView& v
   check_view("v", v);
   check_view("o", o);
   Validated s{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3), v.dim(3), 0.0f};
-  const std::string shapes =
-      " (q " + dims(q.shape()) + ", k " + dims(k.shape()) + ", v " + dims(v.shape()) + ", o " + dims(o.shape()) + ")";
-  if (s.D == 0) fail("head dim D must be > 0" + shapes);
-  if (s.Dv == 0) fail("value dim Dv must be > 0" + shapes);
-  if (k.dim(0) != s.B || v.dim(0) != s.B || o.dim(0) != s.B) fail("batch sizes differ" + shapes);
-  if (k.dim(3) != s.D) fail("k head dim does not match q head dim" + shapes);
-  if (v.dim(1) != s.Hkv || v.dim(2) != s.Nk) fail("v heads/keys do not match k" + shapes);
-  if (o.dim(1) != s.Hq || o.dim(2) != s.Nq || o.dim(3) != s.Dv) fail("o must be [B, Hq, Nq, Dv]" + shapes);
-  if (s.Hkv == 0 && s.Hq != 0) fail("k has 0 heads but q has heads" + shapes);
-  if (s.Hkv > 0 && s.Hq % s.Hkv != 0) fail("q heads must be a multiple of kv heads (GQA)" + shapes);
-  if (s.Nk >= kMaxKeys) fail("Nk must be below 2^24" + shapes);
+  // The shapes suffix is formatted only when a check fails (this runs on every decode step).
+  const auto shapes = [&] {
+    return " (q " + dims(q.shape()) + ", k " + dims(k.shape()) + ", v " + dims(v.shape()) + ", o " + dims(o.shape()) +
+           ")";
+  };
+  if (s.D == 0) fail("head dim D must be > 0" + shapes());
+  if (s.Dv == 0) fail("value dim Dv must be > 0" + shapes());
+  if (k.dim(0) != s.B || v.dim(0) != s.B || o.dim(0) != s.B) fail("batch sizes differ" + shapes());
+  if (k.dim(3) != s.D) fail("k head dim does not match q head dim" + shapes());
+  if (v.dim(1) != s.Hkv || v.dim(2) != s.Nk) fail("v heads/keys do not match k" + shapes());
+  if (o.dim(1) != s.Hq || o.dim(2) != s.Nq || o.dim(3) != s.Dv) fail("o must be [B, Hq, Nq, Dv]" + shapes());
+  if (s.Hkv == 0 && s.Hq != 0) fail("k has 0 heads but q has heads" + shapes());
+  if (s.Hkv > 0 && s.Hq % s.Hkv != 0) fail("q heads must be a multiple of kv heads (GQA)" + shapes());
+  if (s.Nk >= kMaxKeys) fail("Nk must be below 2^24" + shapes());
   if (!o.writable()) fail("o is a read-only view (built from const float*)");
   if (!std::isfinite(opt.scale)) fail("scale must be finite");
   if (opt.window < 0) fail("window must be >= 0, got " + std::to_string(opt.window));
@@ -106,7 +109,7 @@ Validated validate(const TensorView& q, const TensorView& k, const TensorView& v
   if (opt.num_threads < 0) fail("num_threads must be >= 0, got " + std::to_string(opt.num_threads));
   const Extent oe = extent(o);
   if (overlaps(oe, extent(q)) || overlaps(oe, extent(k)) || overlaps(oe, extent(v)))
-    fail("o overlaps an input" + shapes);
+    fail("o overlaps an input" + shapes());
   check_no_self_overlap(o);
   if (opt.bias.data()) {
     const TensorView& b = opt.bias;
