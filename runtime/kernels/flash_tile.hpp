@@ -71,13 +71,20 @@ struct Tiles {
 };
 
 // 2^x for x ≤ 0 (NaN propagates): degree-5 polynomial on the fraction after rounding, relative
-// error ≤ 1.1e-7 on [-0.5, 0.5]; the exponent is built with integer arithmetic. Inputs below −127
-// (including −inf from masks) give exactly 0, which is what a masked score must contribute.
+// error ≤ 1.1e-7 on [-0.5, 0.5]; the exponent is applied with integer arithmetic (AVX-512: one
+// vscalefps). Inputs below −127 (−160 with scalef; including −inf from masks) give exactly 0,
+// which is what a masked score must contribute.
 template <class Arch>
 inline vfloat<Arch> exp2_nonpositive(vfloat<Arch> x) {
   using B = vfloat<Arch>;
   using I = vint<Arch>;
-  x = xsimd::max(B(-127.0f), x);  // operand order: x86 max returns the 2nd operand on NaN
+#if defined(__x86_64__)
+  // AVX-512 scales by 2^n in one instruction; below −160 the result rounds to exactly 0.
+  constexpr bool kScalef = std::is_same_v<Arch, xsimd::avx512bw>;
+#else
+  constexpr bool kScalef = false;
+#endif
+  x = xsimd::max(B(kScalef ? -160.0f : -127.0f), x);  // operand order: x86 max returns the 2nd operand on NaN
   const B n = xsimd::nearbyint(x);
   const B f = x - n;
   B p = B(1.321867225e-03f);
@@ -86,6 +93,9 @@ inline vfloat<Arch> exp2_nonpositive(vfloat<Arch> x) {
   p = xsimd::fma(p, f, B(2.402223796e-01f));
   p = xsimd::fma(p, f, B(6.931468844e-01f));
   p = xsimd::fma(p, f, B(1.0f));
+#if defined(__x86_64__)
+  if constexpr (kScalef) return _mm512_scalef_ps(p, n);
+#endif
   const I e = (xsimd::to_int(n) + I(127)) << 23;
   return p * xsimd::bitwise_cast<B>(e);
 }
@@ -200,6 +210,50 @@ inline vfloat<Arch> load_float(const F16* p) {
   return load_float_scalar<Arch>(p);
 }
 
+// Writes W rows of `cols` floats (row pointers `src`, null = a zero row) times `scale` transposed
+// into `dst`: dst[c·ldd + r] = src[r][c] · scale. AVX-512 transposes 16×16 blocks in registers;
+// other targets (and a column remainder) go element by element.
+template <class Arch>
+inline void transpose_rows_scaled(const float* const* src, int64_t cols, float scale, float* dst, int64_t ldd) {
+  constexpr int W = vfloat<Arch>::size;
+  int64_t c = 0;
+#if defined(__x86_64__)
+  if constexpr (std::is_same_v<Arch, xsimd::avx512bw>) {
+    const __m512 sv = _mm512_set1_ps(scale);
+    for (; c + 16 <= cols; c += 16) {
+      __m512 r[16], t[16];
+      for (int i = 0; i < 16; ++i) r[i] = src[i] ? _mm512_mul_ps(_mm512_loadu_ps(src[i] + c), sv) : _mm512_setzero_ps();
+      for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+      }
+      for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i]), _mm512_castps_pd(t[i + 2])));
+        r[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+        r[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(t[i + 1]), _mm512_castps_pd(t[i + 3])));
+      }
+      // r[4q + k] now holds, in each 128-bit lane L, column 4L + k of rows 4q..4q+3.
+      for (int i = 0; i < 4; ++i) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);      // lanes 0,2 of rows 0-3 | 4-7
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);  // lanes 1,3
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+      }
+      for (int i = 0; i < 4; ++i) {
+        // columns i (lane 0), 4 + i (lane 1), 8 + i (lane 2), 12 + i (lane 3)
+        _mm512_storeu_ps(dst + (c + i) * ldd, _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88));
+        _mm512_storeu_ps(dst + (c + 8 + i) * ldd, _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd));
+        _mm512_storeu_ps(dst + (c + 4 + i) * ldd, _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88));
+        _mm512_storeu_ps(dst + (c + 12 + i) * ldd, _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xdd));
+      }
+    }
+  }
+#endif
+  for (; c < cols; ++c)
+    for (int r = 0; r < W; ++r) dst[c * ldd + r] = src[r] ? src[r][c] * scale : 0.0f;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Microkernels. Each keeps an R × NV block of accumulators in registers.
 
@@ -212,6 +266,7 @@ struct ScoreArgs {
   int64_t depth;
   float* out;  // Sᵀ rows, `ldo` floats apart
   int64_t ldo;
+  float* colmax = nullptr;  // optional: running max over keys of each query row (column of Sᵀ)
 };
 
 template <class Arch, int R, int NV>
@@ -234,6 +289,13 @@ void score_tile(const ScoreArgs& a) {
   }
   for (int r = 0; r < R; ++r)
     for (int n = 0; n < NV; ++n) acc[r][n].store_aligned(a.out + r * a.ldo + n * W);
+  if (a.colmax) {
+    for (int n = 0; n < NV; ++n) {
+      B mx = B::load_aligned(a.colmax + n * W);
+      for (int r = 0; r < R; ++r) mx = xsimd::max(mx, acc[r][n]);
+      mx.store_aligned(a.colmax + n * W);
+    }
+  }
 }
 
 // O[R rows][NV·W] = alpha[r]·O + Σ_j P[r][j]·V[j]. P is addressed with two strides so the same
@@ -408,7 +470,7 @@ void to_f32_panel(const E* src, int64_t ld, int64_t keys, int64_t cols, int64_t 
 
 // Scratch layout, in floats, each part 64-byte aligned.
 struct Layout {
-  int64_t qt, st, oacc, kpanel, vpanel, m, l, alpha, lo, hi, zeros, total;
+  int64_t qt, st, oacc, kpanel, vpanel, m, l, alpha, lo, hi, colmax, zeros, total;
 };
 
 template <class Arch>
@@ -436,6 +498,7 @@ Layout make_layout(int64_t head_dim, int64_t value_dim, int64_t rows) {
   s.alpha = take(rows_p);
   s.lo = take(rows_p);
   s.hi = take(rows_p);
+  s.colmax = take(rows_p);
   s.zeros = take(dp);
   s.total = at;
   return s;
@@ -463,6 +526,7 @@ void flash_wide(const FlashWork& w, float* scratch) {
   float* alpha = scratch + L.alpha;
   float* lo = scratch + L.lo;
   float* hi = scratch + L.hi;
+  float* colmax = scratch + L.colmax;
 
   // Qᵀ panel, pre-scaled; padded rows are zero and inherit the last row's mask so they never
   // widen the key range or force masking.
@@ -480,12 +544,11 @@ void flash_wide(const FlashWork& w, float* scratch) {
     min_hi = min64(min_hi, rhi);
     m[r] = kNegInf;
     l[r] = 0.0f;
-    if (r < nr) {
-      const float* q = rows.q(r);
-      for (int64_t d = 0; d < depth; ++d) qt[d * ldr + r] = q[d] * w.scale;
-    } else {
-      for (int64_t d = 0; d < depth; ++d) qt[d * ldr + r] = 0.0f;
-    }
+  }
+  for (int64_t r0 = 0; r0 < ldr; r0 += W) {
+    const float* src[W];
+    for (int i = 0; i < W; ++i) src[i] = r0 + i < nr ? rows.q(r0 + i) : nullptr;
+    transpose_rows_scaled<Arch>(src, depth, w.scale, qt + r0, ldr);
   }
   std::memset(oacc, 0, sizeof(float) * ldr * dvp);
 
@@ -507,11 +570,18 @@ void flash_wide(const FlashWork& w, float* scratch) {
       ktile = scratch + L.kpanel;
       ldk = depth;
     }
+    // Tiles that every row sees whole skip the mask (and use the unguarded P·V).
+    const bool whole = max_lo <= j0 && min_hi >= j0 + nk;
+    // The column max comes out of the score microkernel, except where masking (or a bias) will
+    // still change the scores: a masked-out large logit must not become the reference.
+    const bool fuse_max = whole && !w.bias;
+    if (fuse_max)
+      for (int64_t r = 0; r < ldr; r += W) B(kNegInf).store_aligned(colmax + r);
     // Sᵀ = K·Qᵀ for this tile.
     for (int64_t jj = 0; jj < nk; jj += T::kScoreKeys) {
       const int R = static_cast<int>(min64(T::kScoreKeys, nk - jj));
       for (int r = 0; r < R; ++r) krow[r] = ktile + (jj + r) * ldk;
-      ScoreArgs a{krow, qt, ldr, depth, st + jj * ldr, ldr};
+      ScoreArgs a{krow, qt, ldr, depth, st + jj * ldr, ldr, fuse_max ? colmax : nullptr};
       score_dispatch<Arch>(R, nvr, a);
     }
     if (w.bias) {
@@ -520,9 +590,8 @@ void flash_wide(const FlashWork& w, float* scratch) {
         for (int64_t jj = 0; jj < nk; ++jj) st[jj * ldr + r] += b[jj * w.bias_key_stride];
       }
     }
-    // Tiles that every row sees whole skip the mask (and use the unguarded P·V).
-    const bool masked = !(max_lo <= j0 && min_hi >= j0 + nk) || w.bias != nullptr;
-    if (!(max_lo <= j0 && min_hi >= j0 + nk)) {
+    const bool masked = !whole || w.bias != nullptr;
+    if (!whole) {
       for (int64_t jj = 0; jj < nk; ++jj) {
         const B jf(static_cast<float>(j0 + jj));
         for (int n = 0; n < nvr; ++n) {
@@ -535,7 +604,10 @@ void flash_wide(const FlashWork& w, float* scratch) {
     // Online softmax down the columns of Sᵀ, W query rows at a time.
     for (int n = 0; n < nvr; ++n) {
       B mx(kNegInf);
-      for (int64_t jj = 0; jj < nk; ++jj) mx = xsimd::max(mx, B::load_aligned(st + jj * ldr + n * W));
+      if (fuse_max)
+        mx = B::load_aligned(colmax + n * W);
+      else
+        for (int64_t jj = 0; jj < nk; ++jj) mx = xsimd::max(mx, B::load_aligned(st + jj * ldr + n * W));
       const B m_old = B::load_aligned(m + n * W);
       const B m_new = xsimd::max(m_old, mx);
       // All keys masked so far: use 0 as the reference so exp2(−inf − ref) is 0, not NaN.
