@@ -25,9 +25,12 @@ struct KVCacheConfig {
 
 /// Keys and values of up to `slots` sequences, each up to `capacity` tokens.
 ///
-/// Layout (what the decode kernel streams): K and V are two arrays
-/// [slots][kv_heads][capacity][head_dim] of `dtype`, so one (sequence, head) is a contiguous run of
-/// rows read front to back. Keys are stored after rotary embedding (if the layer uses it).
+/// Layout (what the decode kernel streams): K and V are two arrays [slots][kv_heads][C] of `dtype`
+/// with C = capacity rounded up to a multiple of 16 tokens, times head_dim, so one (sequence, head)
+/// is a contiguous run read front to back. V is row-major ([C][head_dim]). K is blocked: 16 tokens
+/// per block, each block stored transposed ([head_dim][16]), so the decode kernel scores 16 keys
+/// (AVX-512; 8 or 4 per vector on AVX2/SSE2/NEON) with each FMA and needs no horizontal sums.
+/// Keys are stored after rotary embedding (if the layer uses it).
 /// Appending converts f32 to the storage type (round to nearest even); attention widens back to
 /// f32 as it loads.
 ///
@@ -51,7 +54,7 @@ class KVCache {
   /// Keeps the first `tokens` tokens of `seq` (0 ≤ tokens ≤ length(seq)): speculative-decode
   /// rollback. Appending afterwards overwrites what was dropped.
   void truncate(int64_t seq, int64_t tokens);
-  /// Bytes of K and V storage.
+  /// Bytes of K and V storage (capacity rounded up to whole 16-token blocks).
   size_t memory_bytes() const;
 
   /// Appends `tokens` tokens to `seq` without attending: k and v are f32 views of shape

@@ -24,7 +24,8 @@ const char* dtype_name(DType t) {
 
 struct KVCache::Impl {
   KVCacheConfig config;
-  size_t slot_bytes = 0;  // one slot's K (or V) storage
+  int64_t head_elements = 0;  // one (slot, head)'s K (or V): capacity rounded up to a key block, × head_dim
+  size_t slot_bytes = 0;      // one slot's K (or V) storage
   std::unique_ptr<unsigned char[]> keys, values;
   std::vector<int64_t> lengths;
 };
@@ -40,7 +41,9 @@ KVCache::KVCache(const KVCacheConfig& c) : impl_(std::make_unique<Impl>()) {
   if (c.capacity >= (int64_t{1} << 24)) fail("capacity must be below 2^24 tokens");
   impl_->config = c;
   const int64_t element_bytes = c.dtype == DType::f32 ? 4 : 2;
-  impl_->slot_bytes = static_cast<size_t>(c.kv_heads * c.capacity * c.head_dim * element_bytes);
+  const int64_t stored = (c.capacity + kernels::kKeyBlock - 1) / kernels::kKeyBlock * kernels::kKeyBlock;
+  impl_->head_elements = stored * c.head_dim;
+  impl_->slot_bytes = static_cast<size_t>(c.kv_heads * impl_->head_elements * element_bytes);
   const size_t total = impl_->slot_bytes * static_cast<size_t>(c.slots);
   impl_->keys.reset(new unsigned char[total]());
   impl_->values.reset(new unsigned char[total]());
@@ -152,8 +155,9 @@ void cached_attention(const TensorView& q, const TensorView& k_new, const Tensor
   p.q_row_stride = q.stride(2);
   p.o_head_stride = o.stride(1);
   p.o_row_stride = o.stride(2);
-  p.k_head_stride = p.v_head_stride = c.capacity * D;
+  p.k_head_stride = p.v_head_stride = detail::KVCacheAccess::head_stride(cache);
   p.k_row_stride = p.v_row_stride = D;
+  p.k_blocked = true;
   p.kv_type = detail::KVCacheAccess::kv_type(cache);
   p.causal = true;
   p.window = opt.window;
@@ -179,6 +183,7 @@ kernels::KvType KVCacheAccess::kv_type(const KVCache& c) {
   }
   return kernels::KvType::f32;
 }
+int64_t KVCacheAccess::head_stride(const KVCache& c) { return c.impl_->head_elements; }
 void* KVCacheAccess::keys(KVCache& c, int64_t seq) { return c.impl_->keys.get() + c.impl_->slot_bytes * seq; }
 void* KVCacheAccess::values(KVCache& c, int64_t seq) { return c.impl_->values.get() + c.impl_->slot_bytes * seq; }
 const void* KVCacheAccess::keys(const KVCache& c, int64_t seq) {
@@ -192,25 +197,28 @@ void KVCacheAccess::set_length(KVCache& c, int64_t seq, int64_t length) {
 }
 void KVCacheAccess::store(KVCache& c, int64_t seq, int64_t head, int64_t pos, const float* k, const float* v) {
   const KVCacheConfig& cfg = c.impl_->config;
-  const int64_t hd = cfg.head_dim;
-  const size_t at = static_cast<size_t>((head * cfg.capacity + pos) * hd);
-  void* kb = keys(c, seq);
-  void* vb = values(c, seq);
+  const int64_t hd = cfg.head_dim, kb = kernels::kKeyBlock;
+  const int64_t head_at = head * c.impl_->head_elements;
+  // K blocked (element d of token pos at block pos / kb, row d, lane pos % kb), V row-major.
+  const size_t k_at = static_cast<size_t>(head_at + (pos / kb) * kb * hd + pos % kb);
+  const size_t v_at = static_cast<size_t>(head_at + pos * hd);
+  void* kp = keys(c, seq);
+  void* vp = values(c, seq);
   switch (cfg.dtype) {
     case DType::f32:
-      std::memcpy(static_cast<float*>(kb) + at, k, sizeof(float) * hd);
-      std::memcpy(static_cast<float*>(vb) + at, v, sizeof(float) * hd);
+      for (int64_t d = 0; d < hd; ++d) static_cast<float*>(kp)[k_at + static_cast<size_t>(d * kb)] = k[d];
+      std::memcpy(static_cast<float*>(vp) + v_at, v, sizeof(float) * hd);
       break;
     case DType::bf16:
       for (int64_t d = 0; d < hd; ++d) {
-        static_cast<uint16_t*>(kb)[at + d] = numeric::to_bf16(k[d]);
-        static_cast<uint16_t*>(vb)[at + d] = numeric::to_bf16(v[d]);
+        static_cast<uint16_t*>(kp)[k_at + static_cast<size_t>(d * kb)] = numeric::to_bf16(k[d]);
+        static_cast<uint16_t*>(vp)[v_at + static_cast<size_t>(d)] = numeric::to_bf16(v[d]);
       }
       break;
     case DType::f16:
       for (int64_t d = 0; d < hd; ++d) {
-        static_cast<uint16_t*>(kb)[at + d] = numeric::to_f16(k[d]);
-        static_cast<uint16_t*>(vb)[at + d] = numeric::to_f16(v[d]);
+        static_cast<uint16_t*>(kp)[k_at + static_cast<size_t>(d * kb)] = numeric::to_f16(k[d]);
+        static_cast<uint16_t*>(vp)[v_at + static_cast<size_t>(d)] = numeric::to_f16(v[d]);
       }
       break;
   }

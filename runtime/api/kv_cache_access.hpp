@@ -11,7 +11,9 @@ namespace attend::detail {
 struct KVCacheAccess {
   /// The kernels' name for the storage type.
   static kernels::KvType kv_type(const KVCache& c);
-  /// K / V of `seq`, kv head 0, token 0. Heads are capacity·head_dim elements apart, tokens head_dim.
+  /// K / V of `seq`, kv head 0, token 0. Heads are head_stride() elements apart. V: token t's row at
+  /// t·head_dim. K: blocked (kernels::FlashWork::k_blocked), kernels::kKeyBlock tokens per block.
+  static int64_t head_stride(const KVCache& c);
   static void* keys(KVCache& c, int64_t seq);
   static void* values(KVCache& c, int64_t seq);
   static const void* keys(const KVCache& c, int64_t seq);

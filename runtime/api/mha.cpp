@@ -178,10 +178,10 @@ struct MultiHeadAttention::Impl {
 
   // Fills the entries' K/V with the slots' whole contents.
   void cache_entries(exec::Problem& p, const KVCache& cache, std::span<const int64_t> seqs) const {
-    const KVCacheConfig& c = cache.config();
     p.kv_type = detail::KVCacheAccess::kv_type(cache);
-    p.k_head_stride = p.v_head_stride = c.capacity * hd;
+    p.k_head_stride = p.v_head_stride = detail::KVCacheAccess::head_stride(cache);
     p.k_row_stride = p.v_row_stride = hd;
+    p.k_blocked = true;
     for (int64_t b = 0; b < p.batch; ++b) {
       const int64_t seq = seqs[static_cast<size_t>(b)];
       exec::BatchEntry& e = p.entries[static_cast<size_t>(b)];

@@ -49,6 +49,7 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, int thr
     w.q_row_stride = pr.q_row_stride;
     w.k = static_cast<const char*>(e.k) + static_cast<size_t>(hkv * pr.k_head_stride) * kv_elem;
     w.k_row_stride = pr.k_row_stride;
+    w.k_blocked = pr.k_blocked;
     w.v = static_cast<const char*>(e.v) + static_cast<size_t>(hkv * pr.v_head_stride) * kv_elem;
     w.v_row_stride = pr.v_row_stride;
     w.kv_type = pr.kv_type;

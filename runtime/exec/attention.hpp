@@ -28,6 +28,7 @@ struct Problem {
   int64_t v_head_stride = 0, v_row_stride = 0, o_head_stride = 0, o_row_stride = 0;
   int64_t bias_head_stride = 0, bias_row_stride = 0, bias_key_stride = 0;
   kernels::KvType kv_type = kernels::KvType::f32;
+  bool k_blocked = false;  // K in the blocked layout of a KV cache (kernels::FlashWork::k_blocked)
   bool causal = false;
   int64_t window = 0;
   float scale = 1.0f;  // already resolved (no 0 = 1/√D here)

@@ -18,7 +18,8 @@
 //    The softmax then runs down columns, vectorised across query rows.
 //  * narrow (decode, a handful of rows): S = Q·Kᵀ as dot products along D with haddp reductions, so
 //    one query row does not pay for a full vector of padded rows. D must be a multiple of the
-//    vector width.
+//    vector width. A KV cache stores K blocked ([D][16] per 16 keys, FlashWork::k_blocked): then
+//    each query element is broadcast against a vector of keys and no reductions are needed.
 #pragma once
 
 #include <array>
@@ -468,6 +469,23 @@ void to_f32_panel(const E* src, int64_t ld, int64_t keys, int64_t cols, int64_t 
   }
 }
 
+// Key j's elements in a blocked K (FlashWork::k_blocked): D values kKeyBlock apart.
+template <class E>
+inline const E* blocked_key(const E* k, int64_t j, int64_t depth) {
+  return k + (j / kKeyBlock) * kKeyBlock * depth + j % kKeyBlock;
+}
+
+// to_f32_panel for keys [j0, j0 + keys) of a blocked K.
+template <class E>
+void blocked_to_f32_panel(const E* k, int64_t j0, int64_t keys, int64_t depth, int64_t ldp, float* panel) {
+  for (int64_t j = 0; j < keys; ++j) {
+    const E* in = blocked_key(k, j0 + j, depth);
+    float* out = panel + j * ldp;
+    for (int64_t d = 0; d < depth; ++d) out[d] = to_float(in[d * kKeyBlock]);
+    for (int64_t d = depth; d < ldp; ++d) out[d] = 0.0f;
+  }
+}
+
 // Scratch layout, in floats, each part 64-byte aligned.
 struct Layout {
   int64_t qt, st, oacc, kpanel, vpanel, m, l, alpha, lo, hi, colmax, zeros, total;
@@ -559,14 +577,18 @@ void flash_wide(const FlashWork& w, float* scratch) {
   for (int64_t j0 = key_lo; j0 < key_hi; j0 += T::kBlockKeys) {
     const int64_t nk = min64(T::kBlockKeys, key_hi - j0);
 
-    // K is read in place (its elements broadcast); a bf16/f16 tile is first widened into a panel.
+    // K is read in place (its elements broadcast); a bf16/f16 or blocked tile is first widened
+    // into a row panel.
     const float* ktile;
     int64_t ldk;
-    if constexpr (kFloat) {
-      ktile = kbase + j0 * w.k_row_stride;
+    if (kFloat && !w.k_blocked) {
+      ktile = reinterpret_cast<const float*>(kbase + j0 * w.k_row_stride);
       ldk = w.k_row_stride;
     } else {
-      to_f32_panel(kbase + j0 * w.k_row_stride, w.k_row_stride, nk, depth, depth, scratch + L.kpanel);
+      if (w.k_blocked)
+        blocked_to_f32_panel(kbase, j0, nk, depth, depth, scratch + L.kpanel);
+      else
+        to_f32_panel(kbase + j0 * w.k_row_stride, w.k_row_stride, nk, depth, depth, scratch + L.kpanel);
       ktile = scratch + L.kpanel;
       ldk = depth;
     }
@@ -661,6 +683,55 @@ void narrow_scores(const E* kbase, int64_t ldk, int64_t keys, const float* q, in
   }
 }
 
+// S[r][0, kKeyBlock) for NR rows against one block of a blocked K ([D][kKeyBlock]): the keys sit
+// in vector lanes, so every FMA scores W keys and nothing is reduced across lanes. U partial sums
+// per output vector keep at least eight FMAs in flight. Writes rows < `rows` of S.
+template <class Arch, int NR, class E>
+void blocked_scores(const E* blk, int64_t depth, const float* q, float* s, int64_t lds, int64_t rows) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  static_assert(kKeyBlock % W == 0, "a key block is a whole number of vectors");
+  constexpr int KV = static_cast<int>(kKeyBlock / W);
+  constexpr int U = NR * KV >= 8 ? 1 : 8 / (NR * KV);  // divides W, hence D on the narrow path
+  B acc[U][NR][KV];
+  for (int u = 0; u < U; ++u)
+    for (int r = 0; r < NR; ++r)
+      for (int v = 0; v < KV; ++v) acc[u][r][v] = B(0.0f);
+  for (int64_t d = 0; d < depth; d += U)
+    for (int u = 0; u < U; ++u) {
+      B kv[KV];
+      for (int v = 0; v < KV; ++v) kv[v] = load_float<Arch>(blk + (d + u) * kKeyBlock + v * W);
+      for (int r = 0; r < NR; ++r) {
+        const B qb(q[r * depth + d + u]);
+        for (int v = 0; v < KV; ++v) acc[u][r][v] = xsimd::fma(qb, kv[v], acc[u][r][v]);
+      }
+    }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int v = 0; v < KV; ++v) {
+      B sum = acc[0][r][v];
+      for (int u = 1; u < U; ++u) sum += acc[u][r][v];
+      sum.store_aligned(s + r * lds + v * W);
+    }
+}
+
+template <class Arch, class E>
+void blocked_scores_dispatch(int row_pack, const E* blk, int64_t depth, const float* q, float* s, int64_t lds,
+                             int64_t rows) {
+  constexpr int kMax = Tiles<Arch>::kNarrowMaxRows;
+  switch (row_pack) {
+    case 1: return blocked_scores<Arch, 1, E>(blk, depth, q, s, lds, rows);
+    case 2:
+      if constexpr (kMax >= 2) return blocked_scores<Arch, 2, E>(blk, depth, q, s, lds, rows);
+      break;
+    case 4:
+      if constexpr (kMax >= 4) return blocked_scores<Arch, 4, E>(blk, depth, q, s, lds, rows);
+      break;
+    case 8:
+      if constexpr (kMax >= 8) return blocked_scores<Arch, 8, E>(blk, depth, q, s, lds, rows);
+      break;
+  }
+}
+
 template <class Arch, class E>
 void narrow_scores_dispatch(int row_pack, const E* k, int64_t ldk, int64_t keys, const float* q, int64_t depth,
                             const E* zeros, float* s, int64_t lds, int64_t rows) {
@@ -724,6 +795,10 @@ void flash_narrow(const FlashWork& w, float* scratch) {
   alignas(64) static constexpr float kIota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   const B iota = B::load_aligned(kIota);
 
+  // A blocked K is scored a whole block at a time: start at a block boundary (the keys before
+  // key_lo are masked like any other invisible key; split-K ranges are block-aligned already).
+  if (w.k_blocked && key_lo < key_hi) key_lo = key_lo / kKeyBlock * kKeyBlock;
+
   // Rows are processed in packs of a power of two; padding rows of the pack have zero queries.
   int row_pack = 1;
   while (row_pack < nr) row_pack *= 2;
@@ -733,15 +808,24 @@ void flash_narrow(const FlashWork& w, float* scratch) {
     const int64_t nkp = round_up(nk, W);
     // S = Q·Kᵀ as dot products along D: NR rows × W/NR keys per transpose-sum, so each K vector
     // loaded feeds NR FMAs.
-    for (int64_t jg = 0; jg < nk; jg += W) {
-      // Fetch the K rows of the next group while this one is scored. Measured in one process against
-      // a plain read of the same bytes (D1–D4 shapes): one group ahead beats two, four or eight, and
-      // prefetching V as well (for the P·V pass) or the next tile's K during P·V costs 5–15%: the
-      // extra requests block the core once its miss buffers are full, and the hardware prefetcher
-      // already streams V.
-      prefetch_rows(kbase + (j0 + jg + W) * w.k_row_stride, w.k_row_stride, min64(W, key_hi - (j0 + jg + W)), depth);
-      narrow_scores_dispatch<Arch, E>(row_pack, kbase + (j0 + jg) * w.k_row_stride, w.k_row_stride, min64(W, nk - jg),
-                                      qn, depth, reinterpret_cast<const E*>(zeros), s + jg, ldsn, nr);
+    if (w.k_blocked) {
+      // One block of kKeyBlock keys per step ([D][kKeyBlock], contiguous), the next one prefetched.
+      for (int64_t jg = 0; jg < nk; jg += kKeyBlock) {
+        const E* blk = kbase + (j0 + jg) * depth;
+        if (j0 + jg + kKeyBlock < key_hi) prefetch_rows(blk + kKeyBlock * depth, 0, 1, kKeyBlock * depth);
+        blocked_scores_dispatch<Arch, E>(row_pack, blk, depth, qn, s + jg, ldsn, nr);
+      }
+    } else {
+      for (int64_t jg = 0; jg < nk; jg += W) {
+        // Fetch the K rows of the next group while this one is scored. Measured in one process against
+        // a plain read of the same bytes (D1–D4 shapes): one group ahead beats two, four or eight, and
+        // prefetching V as well (for the P·V pass) or the next tile's K during P·V costs 5–15%: the
+        // extra requests block the core once its miss buffers are full, and the hardware prefetcher
+        // already streams V.
+        prefetch_rows(kbase + (j0 + jg + W) * w.k_row_stride, w.k_row_stride, min64(W, key_hi - (j0 + jg + W)), depth);
+        narrow_scores_dispatch<Arch, E>(row_pack, kbase + (j0 + jg) * w.k_row_stride, w.k_row_stride, min64(W, nk - jg),
+                                        qn, depth, reinterpret_cast<const E*>(zeros), s + jg, ldsn, nr);
+      }
     }
     const bool whole = max_lo <= j0 && min_hi >= j0 + nk;
     const bool masked = !whole || w.bias != nullptr;

@@ -12,6 +12,10 @@ namespace attend::kernels {
 /// loaded; all arithmetic is f32.
 enum class KvType : int { f32, bf16, f16 };
 
+/// Keys per block of a blocked K layout (see FlashWork::k_blocked); fixed for every ISA so a KV
+/// cache's storage does not depend on the kernel that reads it.
+constexpr int64_t kKeyBlock = 16;
+
 /// One block of query rows of one (batch, kv head) against one contiguous range of keys.
 ///
 /// Query rows are the G query heads that share the kv head, stacked position-major:
@@ -23,8 +27,12 @@ struct FlashWork {
   const float* q;
   int64_t q_head_stride, q_row_stride;
   // K and V of (b, kv head), elements of `kv_type`: key j at k[j*k_row_stride + d], v[j*v_row_stride + d].
+  // Blocked K (a KV cache's layout): keys in blocks of kKeyBlock, each stored [D][kKeyBlock], so key
+  // j's element d is at k[(j / kKeyBlock)·kKeyBlock·D + d·kKeyBlock + j % kKeyBlock] and k_row_stride
+  // is unused. Decode then scores kKeyBlock keys per FMA without horizontal reductions.
   const void* k;
   int64_t k_row_stride;
+  bool k_blocked;
   const void* v;
   int64_t v_row_stride;
   KvType kv_type;

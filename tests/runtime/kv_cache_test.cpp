@@ -1,7 +1,8 @@
 // cached_attention / KVCache::append on every ISA path, against the double reference run on the
 // cache's contents as stored (widened from bf16/f16 exactly), so the only error measured is the
 // kernel's own. Covers the narrow decode path (N = 1, D a multiple of the vector width), the wide
-// path (N = 9, and D = 40 whose rows need padding) and split-K (1500 cached keys).
+// path (N = 9, and D = 40 whose rows need padding), split-K (1500 cached keys) and sliding windows
+// that start inside a block of the cache's blocked K layout.
 #include <gtest/gtest.h>
 
 #include <attend/attend.hpp>
@@ -29,9 +30,14 @@ class CachedAttention : public ::testing::TestWithParam<std::tuple<Isa, DType>> 
 
 TEST_P(CachedAttention, MatchesReferenceOverStoredValues) {
   const auto [isa, dtype] = GetParam();
+  struct Case {
+    int64_t prefix, N, window;
+  };
   for (int64_t D : {64, 40})
-    for (auto [prefix, N] : {std::pair<int64_t, int64_t>{0, 9}, {30, 1}, {1500, 1}, {100, 9}}) {
-      SCOPED_TRACE("D=" + std::to_string(D) + " prefix=" + std::to_string(prefix) + " N=" + std::to_string(N));
+    for (auto [prefix, N, window] : {Case{0, 9, 0}, Case{30, 1, 0}, Case{1500, 1, 0}, Case{100, 9, 0}, Case{30, 1, 21},
+                                     Case{1500, 1, 300}, Case{100, 9, 37}}) {
+      SCOPED_TRACE("D=" + std::to_string(D) + " prefix=" + std::to_string(prefix) + " N=" + std::to_string(N) +
+                   " window=" + std::to_string(window));
       const int64_t B = 2, Hkv = 2, Hq = 4, total = prefix + N;
       KVCache cache({Hkv, D, 3, 1600, dtype});
       std::mt19937 rng(static_cast<uint32_t>(D + prefix));
@@ -51,6 +57,7 @@ TEST_P(CachedAttention, MatchesReferenceOverStoredValues) {
       guarded.fill(0.0f);
       SdpaOptions opt;
       opt.isa = isa;
+      opt.window = window;  // a window starts mid key block: the blocked K's first block is partly masked
       const TensorView::Dims new_strides{Hkv * total * D, total * D, D, 1};
       cached_attention(TensorView::dense(q.data(), {B, Hq, N, D}),
                        TensorView(k.data() + prefix * D, {B, Hkv, N, D}, new_strides),
@@ -64,6 +71,7 @@ TEST_P(CachedAttention, MatchesReferenceOverStoredValues) {
       for (float& x : v) x = round_trip(x, dtype);
       SdpaOptions ref;
       ref.causal = true;
+      ref.window = window;
       const auto want =
           reference_attention(TensorView::dense(static_cast<const float*>(q.data()), {B, Hq, N, D}),
                               TensorView::dense(static_cast<const float*>(k.data()), {B, Hkv, total, D}),

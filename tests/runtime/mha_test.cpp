@@ -322,7 +322,9 @@ TEST(KVCache, OverflowThrowsAndLosesNothing) {
 
 TEST(KVCache, SizesAndBadArguments) {
   KVCache f32({8, 128, 4, 100, DType::f32}), bf16({8, 128, 4, 100, DType::bf16});
-  EXPECT_EQ(f32.memory_bytes(), size_t{2} * 8 * 128 * 4 * 100 * 4);
+  // Storage rounds the capacity up to whole key blocks (16 tokens): 100 → 112.
+  EXPECT_EQ(f32.memory_bytes(), size_t{2} * 8 * 128 * 4 * 112 * 4);
+  EXPECT_EQ(KVCache({8, 128, 4, 96, DType::f32}).memory_bytes(), size_t{2} * 8 * 128 * 4 * 96 * 4);
   EXPECT_EQ(bf16.memory_bytes(), f32.memory_bytes() / 2);
   EXPECT_THROW(KVCache({0, 128, 4, 100}), Error);
   EXPECT_THROW(f32.length(4), Error);
