@@ -683,51 +683,86 @@ void narrow_scores(const E* kbase, int64_t ldk, int64_t keys, const float* q, in
   }
 }
 
-// S[r][0, kKeyBlock) for NR rows against one block of a blocked K ([D][kKeyBlock]): the keys sit
-// in vector lanes, so every FMA scores W keys and nothing is reduced across lanes. U partial sums
-// per output vector keep at least eight FMAs in flight. Writes rows < `rows` of S.
-template <class Arch, int NR, class E>
-void blocked_scores(const E* blk, int64_t depth, const float* q, float* s, int64_t lds, int64_t rows) {
+// S[r][0, G·kKeyBlock) for NR rows against G consecutive blocks of a blocked K (each [D][kKeyBlock],
+// G·kKeyBlock·D contiguous elements): the keys sit in vector lanes, so every FMA scores W keys and
+// nothing is reduced across lanes. Each broadcast query element feeds G·kKeyBlock/W FMAs, and U
+// partial sums per output vector keep at least eight FMAs in flight. Writes all NR rows of S (the
+// pack's padding rows have zero queries; scratch holds them).
+template <class Arch, int NR, int G, class E>
+void blocked_scores(const E* blk, int64_t depth, const float* q, float* s, int64_t lds, const E* pf) {
   using B = vfloat<Arch>;
   constexpr int W = B::size;
   static_assert(kKeyBlock % W == 0, "a key block is a whole number of vectors");
-  constexpr int KV = static_cast<int>(kKeyBlock / W);
-  constexpr int U = NR * KV >= 8 ? 1 : 8 / (NR * KV);  // divides W, hence D on the narrow path
-  B acc[U][NR][KV];
+  constexpr int KV = static_cast<int>(kKeyBlock / W), NV = G * KV;
+  constexpr int U = NR * NV >= 8 ? 1 : 8 / (NR * NV);  // divides W, hence D on the narrow path
+  B acc[U][NR][NV];
   for (int u = 0; u < U; ++u)
     for (int r = 0; r < NR; ++r)
-      for (int v = 0; v < KV; ++v) acc[u][r][v] = B(0.0f);
-  for (int64_t d = 0; d < depth; d += U)
+      for (int v = 0; v < NV; ++v) acc[u][r][v] = B(0.0f);
+  // The next G blocks (as many bytes as this call reads) are prefetched a slice per step, so the
+  // requests are spread over the FMAs instead of stalling the core in a burst.
+  constexpr int64_t kSlice = G * kKeyBlock * U * static_cast<int64_t>(sizeof(E));
+  for (int64_t d = 0; d < depth; d += U) {
+    if (pf) {
+      const char* p = reinterpret_cast<const char*>(pf) + d / U * kSlice;
+      for (int64_t o = 0; o < kSlice; o += 64) __builtin_prefetch(p + o, 0, 3);
+    }
     for (int u = 0; u < U; ++u) {
-      B kv[KV];
-      for (int v = 0; v < KV; ++v) kv[v] = load_float<Arch>(blk + (d + u) * kKeyBlock + v * W);
+      B kv[NV];
+      for (int g = 0; g < G; ++g)
+        for (int v = 0; v < KV; ++v)
+          kv[g * KV + v] = load_float<Arch>(blk + g * kKeyBlock * depth + (d + u) * kKeyBlock + v * W);
       for (int r = 0; r < NR; ++r) {
         const B qb(q[r * depth + d + u]);
-        for (int v = 0; v < KV; ++v) acc[u][r][v] = xsimd::fma(qb, kv[v], acc[u][r][v]);
+        for (int v = 0; v < NV; ++v) acc[u][r][v] = xsimd::fma(qb, kv[v], acc[u][r][v]);
       }
     }
-  for (int64_t r = 0; r < rows; ++r)
-    for (int v = 0; v < KV; ++v) {
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int v = 0; v < NV; ++v) {
       B sum = acc[0][r][v];
       for (int u = 1; u < U; ++u) sum += acc[u][r][v];
       sum.store_aligned(s + r * lds + v * W);
     }
 }
 
+// Blocks scored per call for a pack of NR rows: AVX-512 (32 registers) shares each broadcast
+// across two or four blocks; the 16-register targets score one.
+template <class Arch>
+constexpr int blocked_group(int nr) {
+  return Tiles<Arch>::kWideRegs ? (nr == 1 ? 4 : 2) : 1;
+}
+
+// Scores `blocks` consecutive key blocks (G at a time, then one at a time) for a pack of NR rows;
+// `ahead` blocks past the first exist (and are prefetched as the scoring goes).
+template <class Arch, int NR, class E>
+void blocked_scores_run(const E* blk, int64_t blocks, int64_t ahead, int64_t depth, const float* q, float* s,
+                        int64_t lds) {
+  constexpr int G = blocked_group<Arch>(NR);
+  const int64_t bd = kKeyBlock * depth;
+  int64_t b = 0;
+  for (; b + G <= blocks; b += G)
+    blocked_scores<Arch, NR, G, E>(blk + b * bd, depth, q, s + b * kKeyBlock, lds,
+                                   b + G < ahead ? blk + (b + G) * bd : nullptr);
+  for (; b < blocks; ++b)
+    blocked_scores<Arch, NR, 1, E>(blk + b * bd, depth, q, s + b * kKeyBlock, lds,
+                                   b + 1 < ahead ? blk + (b + 1) * bd : nullptr);
+}
+
 template <class Arch, class E>
-void blocked_scores_dispatch(int row_pack, const E* blk, int64_t depth, const float* q, float* s, int64_t lds,
-                             int64_t rows) {
+void blocked_scores_dispatch(int row_pack, const E* blk, int64_t blocks, int64_t ahead, int64_t depth, const float* q,
+                             float* s, int64_t lds) {
   constexpr int kMax = Tiles<Arch>::kNarrowMaxRows;
   switch (row_pack) {
-    case 1: return blocked_scores<Arch, 1, E>(blk, depth, q, s, lds, rows);
+    case 1: return blocked_scores_run<Arch, 1, E>(blk, blocks, ahead, depth, q, s, lds);
     case 2:
-      if constexpr (kMax >= 2) return blocked_scores<Arch, 2, E>(blk, depth, q, s, lds, rows);
+      if constexpr (kMax >= 2) return blocked_scores_run<Arch, 2, E>(blk, blocks, ahead, depth, q, s, lds);
       break;
     case 4:
-      if constexpr (kMax >= 4) return blocked_scores<Arch, 4, E>(blk, depth, q, s, lds, rows);
+      if constexpr (kMax >= 4) return blocked_scores_run<Arch, 4, E>(blk, blocks, ahead, depth, q, s, lds);
       break;
     case 8:
-      if constexpr (kMax >= 8) return blocked_scores<Arch, 8, E>(blk, depth, q, s, lds, rows);
+      if constexpr (kMax >= 8) return blocked_scores_run<Arch, 8, E>(blk, blocks, ahead, depth, q, s, lds);
       break;
   }
 }
@@ -806,15 +841,13 @@ void flash_narrow(const FlashWork& w, float* scratch) {
   for (int64_t j0 = key_lo; j0 < key_hi; j0 += ldsn) {
     const int64_t nk = min64(ldsn, key_hi - j0);
     const int64_t nkp = round_up(nk, W);
-    // S = Q·Kᵀ as dot products along D: NR rows × W/NR keys per transpose-sum, so each K vector
-    // loaded feeds NR FMAs.
+    // S = Q·Kᵀ. Row-major K: dot products along D, NR rows × W/NR keys per transpose-sum, so each K
+    // vector loaded feeds NR FMAs. Blocked K: keys in lanes (blocked_scores).
     if (w.k_blocked) {
-      // One block of kKeyBlock keys per step ([D][kKeyBlock], contiguous), the next one prefetched.
-      for (int64_t jg = 0; jg < nk; jg += kKeyBlock) {
-        const E* blk = kbase + (j0 + jg) * depth;
-        if (j0 + jg + kKeyBlock < key_hi) prefetch_rows(blk + kKeyBlock * depth, 0, 1, kKeyBlock * depth);
-        blocked_scores_dispatch<Arch, E>(row_pack, blk, depth, qn, s + jg, ldsn, nr);
-      }
+      // The whole tile in one call: blocks of kKeyBlock keys ([D][kKeyBlock] each, contiguous).
+      const int64_t blocks = (nk + kKeyBlock - 1) / kKeyBlock;
+      const int64_t ahead = (key_hi - j0 + kKeyBlock - 1) / kKeyBlock;
+      blocked_scores_dispatch<Arch, E>(row_pack, kbase + j0 * depth, blocks, ahead, depth, qn, s, ldsn);
     } else {
       for (int64_t jg = 0; jg < nk; jg += W) {
         // Fetch the K rows of the next group while this one is scored. Measured in one process against

@@ -33,56 +33,59 @@ TEST_P(CachedAttention, MatchesReferenceOverStoredValues) {
   struct Case {
     int64_t prefix, N, window;
   };
-  for (int64_t D : {64, 40})
-    for (auto [prefix, N, window] : {Case{0, 9, 0}, Case{30, 1, 0}, Case{1500, 1, 0}, Case{100, 9, 0}, Case{30, 1, 21},
-                                     Case{1500, 1, 300}, Case{100, 9, 37}}) {
-      SCOPED_TRACE("D=" + std::to_string(D) + " prefix=" + std::to_string(prefix) + " N=" + std::to_string(N) +
-                   " window=" + std::to_string(window));
-      const int64_t B = 2, Hkv = 2, Hq = 4, total = prefix + N;
-      KVCache cache({Hkv, D, 3, 1600, dtype});
-      std::mt19937 rng(static_cast<uint32_t>(D + prefix));
-      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-      // Full K/V [B, Hkv, total, D] as f32; the first `prefix` tokens are appended directly.
-      std::vector<float> k(static_cast<size_t>(B * Hkv * total * D)), v(k.size()),
-          q(static_cast<size_t>(B * Hq * N * D));
-      for (float& x : k) x = u(rng);
-      for (float& x : v) x = u(rng);
-      for (float& x : q) x = u(rng);
-      const int64_t seqs[] = {2, 0};
-      for (int64_t b = 0; b < B; ++b)
-        cache.append(seqs[b], TensorView(k.data() + b * Hkv * total * D, {1, Hkv, prefix, D}, {0, total * D, D, 1}),
-                     TensorView(v.data() + b * Hkv * total * D, {1, Hkv, prefix, D}, {0, total * D, D, 1}));
-      // Output inside NaN-patterned guards: a write past the tile shows up even without ASan.
-      TestTensor guarded = TestTensor::make({B, Hq, N, D});
-      guarded.fill(0.0f);
-      SdpaOptions opt;
-      opt.isa = isa;
-      opt.window = window;  // a window starts mid key block: the blocked K's first block is partly masked
-      const TensorView::Dims new_strides{Hkv * total * D, total * D, D, 1};
-      cached_attention(TensorView::dense(q.data(), {B, Hq, N, D}),
-                       TensorView(k.data() + prefix * D, {B, Hkv, N, D}, new_strides),
-                       TensorView(v.data() + prefix * D, {B, Hkv, N, D}, new_strides), cache, seqs, guarded.view, opt);
-      EXPECT_TRUE(guarded.guards_intact());
-      const std::vector<float> o(guarded.base(), guarded.base() + q.size());
-      EXPECT_EQ(cache.length(2), total);
-      EXPECT_EQ(cache.length(0), total);
-      // Reference over what the cache holds.
-      for (float& x : k) x = round_trip(x, dtype);
-      for (float& x : v) x = round_trip(x, dtype);
-      SdpaOptions ref;
-      ref.causal = true;
-      ref.window = window;
-      const auto want =
-          reference_attention(TensorView::dense(static_cast<const float*>(q.data()), {B, Hq, N, D}),
-                              TensorView::dense(static_cast<const float*>(k.data()), {B, Hkv, total, D}),
-                              TensorView::dense(static_cast<const float*>(v.data()), {B, Hkv, total, D}), ref);
-      double worst = 0.0, scale = 1e-3;
-      for (size_t i = 0; i < o.size(); ++i) {
-        worst = std::max(worst, std::abs(o[i] - want[i]));
-        scale = std::max(scale, std::abs(want[i]));
+  // Query heads per kv head 1, 2, 4, 8: every row pack of the decode kernel (and its key-block
+  // grouping) on every ISA.
+  for (int64_t Hq : {2, 4, 8, 16})
+    for (int64_t D : {64, 40})
+      for (auto [prefix, N, window] : {Case{0, 9, 0}, Case{30, 1, 0}, Case{1500, 1, 0}, Case{100, 9, 0},
+                                       Case{30, 1, 21}, Case{1500, 1, 300}, Case{100, 9, 37}}) {
+        SCOPED_TRACE("Hq=" + std::to_string(Hq) + " D=" + std::to_string(D) + " prefix=" + std::to_string(prefix) +
+                     " N=" + std::to_string(N) + " window=" + std::to_string(window));
+        const int64_t B = 2, Hkv = 2, total = prefix + N;
+        KVCache cache({Hkv, D, 3, 1600, dtype});
+        std::mt19937 rng(static_cast<uint32_t>(D + prefix));
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        // Full K/V [B, Hkv, total, D] as f32; the first `prefix` tokens are appended directly.
+        std::vector<float> k(static_cast<size_t>(B * Hkv * total * D)), v(k.size()),
+            q(static_cast<size_t>(B * Hq * N * D));
+        for (float& x : k) x = u(rng);
+        for (float& x : v) x = u(rng);
+        for (float& x : q) x = u(rng);
+        const int64_t seqs[] = {2, 0};
+        for (int64_t b = 0; b < B; ++b)
+          cache.append(seqs[b], TensorView(k.data() + b * Hkv * total * D, {1, Hkv, prefix, D}, {0, total * D, D, 1}),
+                       TensorView(v.data() + b * Hkv * total * D, {1, Hkv, prefix, D}, {0, total * D, D, 1}));
+        // Output inside NaN-patterned guards: a write past the tile shows up even without ASan.
+        TestTensor guarded = TestTensor::make({B, Hq, N, D});
+        guarded.fill(0.0f);
+        SdpaOptions opt;
+        opt.isa = isa;
+        opt.window = window;  // a window starts mid key block: the blocked K's first block is partly masked
+        const TensorView::Dims new_strides{Hkv * total * D, total * D, D, 1};
+        cached_attention(
+            TensorView::dense(q.data(), {B, Hq, N, D}), TensorView(k.data() + prefix * D, {B, Hkv, N, D}, new_strides),
+            TensorView(v.data() + prefix * D, {B, Hkv, N, D}, new_strides), cache, seqs, guarded.view, opt);
+        EXPECT_TRUE(guarded.guards_intact());
+        const std::vector<float> o(guarded.base(), guarded.base() + q.size());
+        EXPECT_EQ(cache.length(2), total);
+        EXPECT_EQ(cache.length(0), total);
+        // Reference over what the cache holds.
+        for (float& x : k) x = round_trip(x, dtype);
+        for (float& x : v) x = round_trip(x, dtype);
+        SdpaOptions ref;
+        ref.causal = true;
+        ref.window = window;
+        const auto want =
+            reference_attention(TensorView::dense(static_cast<const float*>(q.data()), {B, Hq, N, D}),
+                                TensorView::dense(static_cast<const float*>(k.data()), {B, Hkv, total, D}),
+                                TensorView::dense(static_cast<const float*>(v.data()), {B, Hkv, total, D}), ref);
+        double worst = 0.0, scale = 1e-3;
+        for (size_t i = 0; i < o.size(); ++i) {
+          worst = std::max(worst, std::abs(o[i] - want[i]));
+          scale = std::max(scale, std::abs(want[i]));
+        }
+        EXPECT_LE(worst, 1e-5 * scale);
       }
-      EXPECT_LE(worst, 1e-5 * scale);
-    }
 }
 
 std::vector<std::tuple<Isa, DType>> params() {
