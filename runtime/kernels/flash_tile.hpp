@@ -740,16 +740,17 @@ constexpr int blocked_group(int nr) {
 }
 
 // Scores `blocks` consecutive key blocks (G at a time, then one at a time) for a pack of NR rows;
-// `ahead` blocks past the first exist (and are prefetched as the scoring goes).
+// `ahead` blocks from `blk` on exist (the next call's blocks among them are prefetched as the
+// scoring goes; nothing past them is touched).
 template <class Arch, int NR, class E>
 void blocked_scores_run(const E* blk, int64_t blocks, int64_t ahead, int64_t depth, const float* q, float* s,
                         int64_t lds) {
   constexpr int G = blocked_group<Arch>(NR);
   const int64_t bd = kKeyBlock * depth;
   int64_t b = 0;
-  for (; b + G <= blocks; b += G)
+  for (; b + G <= blocks; b += G)  // (a partial last group ahead is left to the hardware)
     blocked_scores<Arch, NR, G, E>(blk + b * bd, depth, q, s + b * kKeyBlock, lds,
-                                   b + G < ahead ? blk + (b + G) * bd : nullptr);
+                                   b + 2 * G <= ahead ? blk + (b + G) * bd : nullptr);
   for (; b < blocks; ++b)
     blocked_scores<Arch, NR, 1, E>(blk + b * bd, depth, q, s + b * kKeyBlock, lds,
                                    b + 1 < ahead ? blk + (b + 1) * bd : nullptr);
