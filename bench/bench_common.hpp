@@ -3,6 +3,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -44,6 +45,36 @@ void timed_loop(benchmark::State& state, bool flush, F&& body) {
       state, flush, [] {}, body);
 }
 
+/// timed_loop for decode (LLC flushed before each call) that also measures, in every iteration,
+/// `reference`: a plain read of the same bytes under the same flush, run right after the call.
+/// Counter `stream_pct` = median over iterations of reference time / call time × 100, the call's
+/// bandwidth as a share of what the machine read at that moment. Pairing per iteration keeps the
+/// figure steady when the machine's bandwidth swings between entries (stream/read is a separate
+/// entry, measured at other moments). The reference is not part of the timed call.
+template <class Prepare, class F, class R>
+void timed_loop_vs_stream(benchmark::State& state, Prepare&& prepare, F&& body, R&& reference) {
+  using clock = std::chrono::steady_clock;
+  prepare();
+  body();
+  std::vector<double> ratios;
+  for (auto _ : state) {
+    prepare();
+    flush_last_level_cache();
+    auto t0 = clock::now();
+    body();
+    const double t = std::chrono::duration<double>(clock::now() - t0).count();
+    state.SetIterationTime(t);
+    flush_last_level_cache();
+    t0 = clock::now();
+    reference();
+    ratios.push_back(std::chrono::duration<double>(clock::now() - t0).count() / t);
+  }
+  if (ratios.empty()) return;
+  std::sort(ratios.begin(), ratios.end());
+  const size_t n = ratios.size();
+  state.counters["stream_pct"] = 100.0 * (n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]));
+}
+
 /// Times one decode step per iteration on a cache whose `batch` sequences (slots 0…batch−1) hold
 /// `length` tokens: each iteration first truncates them back to length − 1 (untimed) and flushes
 /// the last-level cache, then times `step` (which appends the step's token).
@@ -55,6 +86,17 @@ void timed_decode_steps(benchmark::State& state, Cache& cache, int64_t batch, in
         for (int64_t b = 0; b < batch; ++b) cache.truncate(b, length - 1);
       },
       step);
+}
+/// The same with a per-iteration reference read (see timed_loop_vs_stream).
+template <class Cache, class Step, class R>
+void timed_decode_steps(benchmark::State& state, Cache& cache, int64_t batch, int64_t length, Step&& step,
+                        R&& reference) {
+  timed_loop_vs_stream(
+      state,
+      [&] {
+        for (int64_t b = 0; b < batch; ++b) cache.truncate(b, length - 1);
+      },
+      step, reference);
 }
 
 /// Collects the median of every entry for the summary tables.
@@ -73,6 +115,8 @@ class SummaryReporter : public benchmark::BenchmarkReporter {
         e.gflops = f != r.counters.end() ? f->second.value * 1e-9 : 0.0;
         auto b = r.counters.find("bytes_per_second");
         e.gbps = b != r.counters.end() ? b->second.value * 1e-9 : 0.0;
+        auto sp = r.counters.find("stream_pct");
+        e.stream_pct = sp != r.counters.end() ? sp->second.value : 0.0;
       }
     }
     inner_->ReportRuns(runs);
@@ -81,6 +125,7 @@ class SummaryReporter : public benchmark::BenchmarkReporter {
 
   struct Entry {
     double seconds = 0, gflops = 0, gbps = 0;
+    double stream_pct = 0;  // paired share of a plain read's bandwidth (timed_loop_vs_stream), 0 if none
   };
   const Entry* find(const std::string& name) const {
     auto it = entries_.find(name);
