@@ -132,13 +132,6 @@ void set_counters(benchmark::State& state, const SdpaShape& s, double bytes) {
   state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
 }
 
-// A plain vectorised read of the workload's K and V: what stream/read times, and the per-iteration
-// reference of the decode entries.
-float read_kv(const Workload& w) {
-  const int threads = omp_get_max_threads();
-  return stream_read(w.k.data(), w.k.size(), threads) + stream_read(w.v.data(), w.v.size(), threads);
-}
-
 // Decode entries also measure a read of the same bytes after every call (stream_pct); prefill
 // entries run back to back with warm caches.
 template <class F>
@@ -146,7 +139,7 @@ void timed_sdpa(benchmark::State& state, const NamedShape* ns, Workload& w, F&& 
   if (!ns->decode) return timed_loop(state, false, body);
   float sink = 0.0f;
   timed_loop_vs_stream(
-      state, [] {}, body, [&] { sink += read_kv(w); });
+      state, [] {}, body, [&] { sink += read_kv(w.k, w.v); });
   benchmark::DoNotOptimize(sink);
 }
 
@@ -176,7 +169,7 @@ void bm_onednn(benchmark::State& state, const NamedShape* ns) {
 void bm_stream(benchmark::State& state, const NamedShape* ns) {
   Workload& w = workload(*ns);
   float sink = 0.0f;
-  timed_loop(state, true, [&] { sink += read_kv(w); });
+  timed_loop(state, true, [&] { sink += read_kv(w.k, w.v); });
   benchmark::DoNotOptimize(sink);
   state.SetBytesProcessed(static_cast<int64_t>(kv_bytes(ns->shape)) * state.iterations());
 }

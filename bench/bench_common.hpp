@@ -2,6 +2,7 @@
 #pragma once
 
 #include <benchmark/benchmark.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -21,6 +22,13 @@ inline void fill(std::vector<float>& x, uint32_t seed, float scale = 1.0f) {
     state = state * 1664525u + 1013904223u;
     f = scale * static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) * (1.0f / (1 << 23));
   }
+}
+
+/// A plain vectorised read of K and V on all OpenMP threads: stream/read's body and the decode
+/// entries' per-call reference.
+inline float read_kv(const std::vector<float>& k, const std::vector<float>& v) {
+  const int threads = omp_get_max_threads();
+  return stream_read(k.data(), k.size(), threads) + stream_read(v.data(), v.size(), threads);
 }
 
 /// Times `body` per iteration with manual timing; `flush` evicts the last-level cache first and
