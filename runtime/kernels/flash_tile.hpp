@@ -257,6 +257,12 @@ inline void transpose_rows_scaled(const float* const* src, int64_t cols, float s
 
 // ---------------------------------------------------------------------------------------------
 // Microkernels. Each keeps an R × NV block of accumulators in registers.
+//
+// Every loop over a compile-time extent (R, NV) is marked ATTEND_UNROLL: GCC otherwise unrolls the
+// outer of two nested loops only after scalar replacement has run, so the accumulator array stays
+// in memory around the hot loop (zeroed, stored and reloaded on the stack every call). Unrolled
+// early, the accumulators live in registers from start to end: +8% on P1, +5% on P2 (paired runs).
+#define ATTEND_UNROLL _Pragma("GCC unroll 32")
 
 // Sᵀ[R keys][NV·W rows] = K[R keys]·Qᵀ panel. `krow[r]` points at key r's D values (read in place,
 // broadcast one element at a time); the panel holds Q transposed, `ldq` floats per d.
@@ -275,24 +281,32 @@ void score_tile(const ScoreArgs& a) {
   using B = vfloat<Arch>;
   constexpr int W = B::size;
   B acc[R][NV];
+  ATTEND_UNROLL
   for (int r = 0; r < R; ++r)
     for (int n = 0; n < NV; ++n) acc[r][n] = B(0.0f);
   const float* kr[R];
+  ATTEND_UNROLL
   for (int r = 0; r < R; ++r) kr[r] = a.krow[r];
   const float* qt = a.qt;
   for (int64_t d = 0; d < a.depth; ++d, qt += a.ldq) {
     B q[NV];
+    ATTEND_UNROLL
     for (int n = 0; n < NV; ++n) q[n] = B::load_aligned(qt + n * W);
+    ATTEND_UNROLL
     for (int r = 0; r < R; ++r) {
       const B kb(kr[r][d]);
+      ATTEND_UNROLL
       for (int n = 0; n < NV; ++n) acc[r][n] = xsimd::fma(kb, q[n], acc[r][n]);
     }
   }
+  ATTEND_UNROLL
   for (int r = 0; r < R; ++r)
     for (int n = 0; n < NV; ++n) acc[r][n].store_aligned(a.out + r * a.ldo + n * W);
   if (a.colmax) {
+    ATTEND_UNROLL
     for (int n = 0; n < NV; ++n) {
       B mx = B::load_aligned(a.colmax + n * W);
+      ATTEND_UNROLL
       for (int r = 0; r < R; ++r) mx = xsimd::max(mx, acc[r][n]);
       mx.store_aligned(a.colmax + n * W);
     }
@@ -320,26 +334,33 @@ void pv_tile(const PvArgs& a) {
   using B = vfloat<Arch>;
   constexpr int W = B::size;
   B acc[R][NV];
+  ATTEND_UNROLL
   for (int r = 0; r < R; ++r) {
     const B al(a.alpha[r]);
+    ATTEND_UNROLL
     for (int n = 0; n < NV; ++n) acc[r][n] = B::load_aligned(a.o + r * a.ldo + n * W) * al;
   }
   const T* v = static_cast<const T*>(a.v);
   const float* p = a.p;
   for (int64_t j = 0; j < a.keys; ++j, v += a.ldv, p += a.p_key_stride) {
     B vv[NV];
+    ATTEND_UNROLL
     for (int n = 0; n < NV; ++n) vv[n] = load_float<Arch>(v + n * W);
+    ATTEND_UNROLL
     for (int r = 0; r < R; ++r) {
       const B pb(p[r * a.p_row_stride]);
       if constexpr (Masked) {
         // Skip exactly p == 0 (an ordered compare: a NaN weight is not skipped and poisons its row).
         const auto dead = pb == B(0.0f);
+        ATTEND_UNROLL
         for (int n = 0; n < NV; ++n) acc[r][n] = xsimd::select(dead, acc[r][n], xsimd::fma(pb, vv[n], acc[r][n]));
       } else {
+        ATTEND_UNROLL
         for (int n = 0; n < NV; ++n) acc[r][n] = xsimd::fma(pb, vv[n], acc[r][n]);
       }
     }
   }
+  ATTEND_UNROLL
   for (int r = 0; r < R; ++r)
     for (int n = 0; n < NV; ++n) acc[r][n].store_aligned(a.o + r * a.ldo + n * W);
 }
