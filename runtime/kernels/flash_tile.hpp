@@ -329,6 +329,15 @@ struct PvArgs {
 
 // Masked: the tile had masked keys. Their p is exactly 0, but 0 · V is NaN where V holds NaN or
 // inf, so a masked position would leak into rows that never saw it; the masked variant skips p == 0.
+// AVX-512 skips with a write-masked FMA (kMaskedFma); other targets select.
+#if defined(__x86_64__)
+template <class Arch>
+constexpr bool kMaskedFma = std::is_same_v<Arch, xsimd::avx512bw>;
+#else
+template <class Arch>
+constexpr bool kMaskedFma = false;
+#endif
+
 template <class Arch, int R, int NV, class T, bool Masked>
 void pv_tile(const PvArgs& a) {
   using B = vfloat<Arch>;
@@ -349,7 +358,15 @@ void pv_tile(const PvArgs& a) {
     ATTEND_UNROLL
     for (int r = 0; r < R; ++r) {
       const B pb(p[r * a.p_row_stride]);
-      if constexpr (Masked) {
+      if constexpr (Masked && kMaskedFma<Arch>) {
+#if defined(__x86_64__)
+        // One masked FMA per accumulator (GCC turns the generic select below into move, FMA, blend).
+        // Unordered ≠: a NaN weight is live, as below.
+        const __mmask16 live = _mm512_cmp_ps_mask(pb, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+        ATTEND_UNROLL
+        for (int n = 0; n < NV; ++n) acc[r][n] = _mm512_mask3_fmadd_ps(pb, vv[n], acc[r][n], live);
+#endif
+      } else if constexpr (Masked) {
         // Skip exactly p == 0 (an ordered compare: a NaN weight is not skipped and poisons its row).
         const auto dead = pb == B(0.0f);
         ATTEND_UNROLL
