@@ -25,10 +25,11 @@ inline void fill(std::vector<float>& x, uint32_t seed, float scale = 1.0f) {
 }
 
 /// A plain vectorised read of K and V on all OpenMP threads: stream/read's body and the decode
-/// entries' per-call reference.
-inline float read_kv(const std::vector<float>& k, const std::vector<float>& v) {
+/// entries' per-call reference. `divisor` reads the first 1/divisor of each (2: the bytes of a
+/// 16-bit cache holding the same elements).
+inline float read_kv(const std::vector<float>& k, const std::vector<float>& v, size_t divisor = 1) {
   const int threads = omp_get_max_threads();
-  return stream_read(k.data(), k.size(), threads) + stream_read(v.data(), v.size(), threads);
+  return stream_read(k.data(), k.size() / divisor, threads) + stream_read(v.data(), v.size() / divisor, threads);
 }
 
 /// Times `body` per iteration with manual timing; `flush` evicts the last-level cache first and

@@ -75,15 +75,13 @@ void bm_attend_cache(benchmark::State& state, const CacheShape* s, DType dtype) 
   const auto vn = TensorView::dense(static_cast<const float*>(d.v_new.data()), {s->B, s->Hkv, 1, s->D});
   const auto o = TensorView::dense(d.o.data(), {s->B, s->Hq, 1, s->D});
   auto step = [&] { cached_attention(q, kn, vn, cache, seqs, o); };
-  if (dtype == DType::f32) {  // paired with a read of the same f32 bytes (stream_pct)
-    float sink = 0.0f;
-    timed_decode_steps(state, cache, s->B, s->L, step, [&] { sink += read_kv(d.k, d.v); });
-    benchmark::DoNotOptimize(sink);
-  } else {
-    timed_decode_steps(state, cache, s->B, s->L, step);
-  }
+  // Each step is paired with a plain read of as many bytes as the cache's K and V (stream_pct).
+  const size_t elem = dtype == DType::f32 ? 4 : 2;
+  float sink = 0.0f;
+  timed_decode_steps(state, cache, s->B, s->L, step, [&] { sink += read_kv(d.k, d.v, 4 / elem); });
+  benchmark::DoNotOptimize(sink);
   state.counters["FLOPS"] = benchmark::Counter(step_flops(*s), benchmark::Counter::kIsIterationInvariantRate);
-  state.SetBytesProcessed(static_cast<int64_t>(step_bytes(*s, dtype == DType::f32 ? 4 : 2)) * state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(step_bytes(*s, static_cast<int>(elem))) * state.iterations());
   state.counters["cache_MiB"] = static_cast<double>(cache.memory_bytes()) / (1 << 20);
 }
 
@@ -132,22 +130,30 @@ void print_cache_summary(const SummaryReporter& rep, FILE* out) {
     if (!any) {
       std::fprintf(out,
                    "\nKV-cache decode step (medians; tokens/s ratios; %%stream = f32 K+V bandwidth as a share of a "
-                   "plain read of the same bytes timed right after each step; dnn%%str the same for onednn, whose "
-                   "reciprocal bounds f32/dnn)\n");
-      std::fprintf(out, "%-5s %9s %9s %9s %9s %9s %9s %9s %8s %8s\n", "shape", "f32 ms", "bf16 ms", "f16 ms",
-                   "onednn ms", "f32/dnn", "bf16/f32", "f16/f32", "%stream", "dnn%str");
+                   "plain read of the same bytes timed right after each step, bf16%%str and f16%%str the same for the "
+                   "16-bit caches (a read of their bytes), dnn%%str for onednn, whose reciprocal bounds f32/dnn; "
+                   "bf16/f32* = 2 x bf16%%str / %%stream, the ratio at equal bandwidth, from the paired figures)\n");
+      std::fprintf(out, "%-5s %9s %9s %9s %9s %8s %8s %8s %9s %9s %8s %8s %8s %8s\n", "shape", "f32 ms", "bf16 ms",
+                   "f16 ms", "onednn ms", "f32/dnn", "bf16/f32", "f16/f32", "bf16/f32*", "f16/f32*", "%stream",
+                   "bf16%str", "f16%str", "dnn%str");
       any = true;
     }
     const double kv_f32 = 2.0 * 4 * s.B * s.Hkv * s.L * s.D;
     // The paired per-step figure when measured, else the ratio to the stream/read entry's median.
-    auto pct = [&](const SummaryReporter::Entry* e) {
+    auto pct = [&](const SummaryReporter::Entry* e, double bytes) {
+      if (!e) return 0.0;
       if (e->stream_pct > 0) return e->stream_pct;
-      return stream ? 100.0 * kv_f32 / e->seconds * 1e-9 / stream->gbps : 0.0;
+      return stream ? 100.0 * bytes / e->seconds * 1e-9 / stream->gbps : 0.0;
     };
-    std::fprintf(out, "%-5s %9.3f %9.3f %9.3f %9.3f %8.2fx %8.2fx %8.2fx %7.1f%% %7.1f%%\n", s.name, f32->seconds * 1e3,
-                 bf16 ? bf16->seconds * 1e3 : 0.0, f16 ? f16->seconds * 1e3 : 0.0, dnn ? dnn->seconds * 1e3 : 0.0,
-                 dnn ? dnn->seconds / f32->seconds : 0.0, bf16 ? f32->seconds / bf16->seconds : 0.0,
-                 f16 ? f32->seconds / f16->seconds : 0.0, pct(f32), dnn ? pct(dnn) : 0.0);
+    auto ratio = [](const SummaryReporter::Entry* num, const SummaryReporter::Entry* den) {
+      return num && den ? den->seconds / num->seconds : 0.0;
+    };
+    const double p32 = pct(f32, kv_f32), pb = pct(bf16, kv_f32 / 2), ph = pct(f16, kv_f32 / 2);
+    std::fprintf(out,
+                 "%-5s %9.3f %9.3f %9.3f %9.3f %7.2fx %7.2fx %7.2fx %8.2fx %8.2fx %7.1f%% %7.1f%% %7.1f%% %7.1f%%\n",
+                 s.name, f32->seconds * 1e3, bf16 ? bf16->seconds * 1e3 : 0.0, f16 ? f16->seconds * 1e3 : 0.0,
+                 dnn ? dnn->seconds * 1e3 : 0.0, ratio(f32, dnn), ratio(bf16, f32), ratio(f16, f32),
+                 p32 > 0 ? 2 * pb / p32 : 0.0, p32 > 0 ? 2 * ph / p32 : 0.0, p32, pb, ph, pct(dnn, kv_f32));
   }
 }
 
