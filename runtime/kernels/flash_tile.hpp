@@ -586,6 +586,31 @@ Layout make_layout(int64_t head_dim, int64_t value_dim, int64_t rows) {
 // ---------------------------------------------------------------------------------------------
 // Wide path: a block of up to kBlockRows query rows.
 
+// Sᵀ ← 2^((Sᵀ − ref)·log2 e) over `nk` keys, NV vectors of query rows per key, and sum[n] = the
+// column sums. The NV exponentials of a key are independent and Sᵀ is walked in memory order
+// (+1% on P1–P3 over one column of vectors at a time).
+template <class Arch, int NV>
+void exp_columns(float* st, int64_t ldr, int64_t nk, const vfloat<Arch>* ref, vfloat<Arch>* sum) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  B acc[NV], r[NV];
+  ATTEND_UNROLL
+  for (int n = 0; n < NV; ++n) {
+    acc[n] = B(0.0f);
+    r[n] = ref[n];
+  }
+  for (int64_t jj = 0; jj < nk; ++jj, st += ldr) {
+    ATTEND_UNROLL
+    for (int n = 0; n < NV; ++n) {
+      const B p = exp2_nonpositive<Arch>((B::load_aligned(st + n * W) - r[n]) * B(kLog2e));
+      p.store_aligned(st + n * W);
+      acc[n] += p;
+    }
+  }
+  ATTEND_UNROLL
+  for (int n = 0; n < NV; ++n) sum[n] = acc[n];
+}
+
 template <class Arch, class E>
 void flash_wide(const FlashWork& w, float* scratch) {
   using T = Tiles<Arch>;
@@ -684,7 +709,9 @@ void flash_wide(const FlashWork& w, float* scratch) {
         }
       }
     }
-    // Online softmax down the columns of Sᵀ, W query rows at a time.
+    // Online softmax down the columns of Sᵀ, W query rows at a time: new maxima and rescale
+    // factors first, then the exponentials of all columns together.
+    B ref[T::kMaxRowVectors], sum[T::kMaxRowVectors];
     for (int n = 0; n < nvr; ++n) {
       B mx(kNegInf);
       if (fuse_max)
@@ -694,19 +721,19 @@ void flash_wide(const FlashWork& w, float* scratch) {
       const B m_old = B::load_aligned(m + n * W);
       const B m_new = xsimd::max(m_old, mx);
       // All keys masked so far: use 0 as the reference so exp2(−inf − ref) is 0, not NaN.
-      const B ref = xsimd::select(m_new == B(kNegInf), B(0.0f), m_new);
-      const B a = exp2_nonpositive<Arch>((m_old - ref) * B(kLog2e));
-      B sum(0.0f);
-      for (int64_t jj = 0; jj < nk; ++jj) {
-        float* s = st + jj * ldr + n * W;
-        const B p = exp2_nonpositive<Arch>((B::load_aligned(s) - ref) * B(kLog2e));
-        p.store_aligned(s);
-        sum += p;
-      }
-      xsimd::fma(B::load_aligned(l + n * W), a, sum).store_aligned(l + n * W);
+      ref[n] = xsimd::select(m_new == B(kNegInf), B(0.0f), m_new);
       m_new.store_aligned(m + n * W);
-      a.store_aligned(alpha + n * W);
+      exp2_nonpositive<Arch>((m_old - ref[n]) * B(kLog2e)).store_aligned(alpha + n * W);
     }
+    static_assert(T::kMaxRowVectors == 4, "exp_columns is dispatched for 1–4 row vectors");
+    switch (nvr) {
+      case 1: exp_columns<Arch, 1>(st, ldr, nk, ref, sum); break;
+      case 2: exp_columns<Arch, 2>(st, ldr, nk, ref, sum); break;
+      case 3: exp_columns<Arch, 3>(st, ldr, nk, ref, sum); break;
+      default: exp_columns<Arch, 4>(st, ldr, nk, ref, sum); break;
+    }
+    for (int n = 0; n < nvr; ++n)
+      xsimd::fma(B::load_aligned(l + n * W), B::load_aligned(alpha + n * W), sum[n]).store_aligned(l + n * W);
     if (kFloat && w.value_dim % W == 0) {
       pv_block<Arch>(oacc, dvp, alpha, st, 1, ldr, vbase + j0 * w.v_row_stride, w.v_row_stride, nr, dvp / W, nk,
                      masked);
