@@ -11,14 +11,19 @@ struct KeySplit {
   int64_t keys;   // keys per range (the last may be shorter)
 };
 
-/// Split-K for decode-shaped work (all rows of a kv head fit in one block): ranges of at least
-/// `min_keys` keys, at most `max_splits` of them, each a multiple of `align` keys. Prefill-shaped
-/// work (several row blocks) already has parallelism and is not split.
-constexpr KeySplit split_keys(int64_t num_keys, int64_t row_blocks, int64_t min_keys = 512, int64_t max_splits = 16,
-                              int64_t align = 256) {
+/// Split-K for decode-shaped work (all rows of a kv head fit in one block), given `pairs` =
+/// batch × kv heads work items before splitting: just enough ranges for about `target_items`
+/// items in all, each of at least `min_keys` keys, at most `max_splits` ranges, each a multiple
+/// of `align` keys. Fewer, longer ranges stream better (each range restarts its K and V streams
+/// and adds a merge); see kDecodeTargetItems. Prefill-shaped work (several row blocks) already
+/// has parallelism and is not split.
+constexpr KeySplit split_keys(int64_t num_keys, int64_t row_blocks, int64_t pairs, int64_t target_items,
+                              int64_t min_keys = 512, int64_t max_splits = 16, int64_t align = 256) {
   if (row_blocks != 1 || num_keys < 2 * min_keys) return {1, num_keys};
-  int64_t n = num_keys / min_keys;
+  int64_t n = (target_items + pairs - 1) / (pairs > 0 ? pairs : 1);
+  if (n > num_keys / min_keys) n = num_keys / min_keys;
   if (n > max_splits) n = max_splits;
+  if (n <= 1) return {1, num_keys};
   int64_t keys = (num_keys + n - 1) / n;
   keys = (keys + align - 1) / align * align;
   return {(num_keys + keys - 1) / keys, keys};
