@@ -20,7 +20,8 @@ struct KeySplit {
 constexpr KeySplit split_keys(int64_t num_keys, int64_t row_blocks, int64_t pairs, int64_t target_items,
                               int64_t min_keys = 512, int64_t max_splits = 16, int64_t align = 256) {
   if (row_blocks != 1 || num_keys < 2 * min_keys) return {1, num_keys};
-  int64_t n = (target_items + pairs - 1) / (pairs > 0 ? pairs : 1);
+  const int64_t have = pairs > 0 ? pairs : 1;
+  int64_t n = (target_items + have - 1) / have;  // ranges per pair for about target_items in all
   if (n > num_keys / min_keys) n = num_keys / min_keys;
   if (n > max_splits) n = max_splits;
   if (n <= 1) return {1, num_keys};
