@@ -1,6 +1,9 @@
 // layer/<impl>/<shape>: the whole attention layer, impl ∈ {attend, attend-bf16w, onednn}, plus
 // layer/attend-gemm (attend's projection GEMMs alone) and layer/attend-attn (its attention alone),
 // so the summary can show the layer costs no more than its parts (no hidden copies).
+// Decode entries also time a plain read of the bytes they stream (weights + cached K/V) right
+// after every call (timed_loop_vs_stream): their `stream_pct` gives the ratios at equal bandwidth,
+// which the machine's swinging bandwidth blurs in ratios of separately timed medians.
 // L1: prefill d_model 4096, 32 heads, 8 kv heads, head_dim 128, N = 512, causal; L2: d_model 1024,
 // 16 heads, N = 2048, causal; L3: one decode step with L1's config over a 4096-token cache, B = 1;
 // L4: the same at B = 8 over 2048 tokens. Decode shapes flush the last-level cache every iteration.
@@ -90,6 +93,20 @@ LayerData& layer_data(const NamedLayer& nl) {
   return d;
 }
 
+// The reference read of a decode step (see timed_loop_vs_stream): as many bytes as the step
+// streams — the weights (their f32 copies here; `weight_div` 2 reads half of them, the bytes of bf16
+// weights, 0 none) and the cached K/V (`kv_div` likewise).
+float read_step_bytes(const LayerData& d, size_t weight_div, size_t kv_div) {
+  float total = 0.0f;
+  if (weight_div) {
+    const int threads = omp_get_max_threads();
+    total += stream_read(d.wqkv.data(), d.wqkv.size() / weight_div, threads) +
+             stream_read(d.wo.data(), d.wo.size() / weight_div, threads);
+  }
+  if (kv_div) total += read_kv(d.k_cache, d.v_cache, kv_div);
+  return total;
+}
+
 void counters(benchmark::State& state, const LayerShape& s, double flops, double bytes) {
   state.counters["FLOPS"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
   state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
@@ -129,8 +146,9 @@ void bm_attend_layer(benchmark::State& state, const NamedLayer* nl, DType wdt, D
     KVCache cache = filled_cache(s, d, cache_dtype);
     std::vector<int64_t> seqs(static_cast<size_t>(s.B));
     for (int64_t b = 0; b < s.B; ++b) seqs[static_cast<size_t>(b)] = b;
-    timed_decode_steps(state, cache, s.B, s.cache_len,
-                       [&] { layer.forward_cached(d.x.data(), d.y.data(), s.B, 1, cache, seqs); });
+    timed_decode_steps(
+        state, cache, s.B, s.cache_len, [&] { layer.forward_cached(d.x.data(), d.y.data(), s.B, 1, cache, seqs); },
+        [&] { read_step_bytes(d, wdt == DType::bf16 ? 2 : 1, cache_dtype == DType::f32 ? 1 : 2); });
   } else {
     timed_loop(state, false, [&] { layer.forward(d.x.data(), d.y.data(), s.B, s.N); });
   }
@@ -142,7 +160,12 @@ void bm_onednn_layer(benchmark::State& state, const NamedLayer* nl) {
   LayerData& d = layer_data(*nl);
   const LayerShape& s = nl->s;
   OnednnLayer layer(s, d.wqkv.data(), d.wo.data());
-  timed_loop(state, decode(s), [&] { layer.run(d.x.data(), d.y.data(), d.k_cache.data(), d.v_cache.data()); });
+  auto step = [&] { layer.run(d.x.data(), d.y.data(), d.k_cache.data(), d.v_cache.data()); };
+  if (decode(s))
+    timed_loop_vs_stream(
+        state, [] {}, step, [&] { read_step_bytes(d, 1, 1); });
+  else
+    timed_loop(state, false, step);
   counters(state, s, gemm_flops(s) + attn_flops(s), weight_bytes(s, 4) + kv_bytes(s));
 }
 
@@ -154,10 +177,15 @@ void bm_attend_gemm(benchmark::State& state, const NamedLayer* nl) {
   gemm::Linear qkv(d.wqkv.data(), false, s.dm, C, nullptr, gemm::WeightType::f32);
   gemm::Linear o(d.wo.data(), false, q_out(s), s.dm, nullptr, gemm::WeightType::f32);
   std::vector<float> rows(static_cast<size_t>(m * C)), attn(static_cast<size_t>(m * q_out(s)));
-  timed_loop(state, decode(s), [&] {
+  auto step = [&] {
     qkv.run(d.x.data(), rows.data(), m, 0);
     o.run(attn.data(), d.y.data(), m, 0);
-  });
+  };
+  if (decode(s))
+    timed_loop_vs_stream(
+        state, [] {}, step, [&] { read_step_bytes(d, 1, 0); });
+  else
+    timed_loop(state, false, step);
   counters(state, s, gemm_flops(s), weight_bytes(s, 4));
 }
 
@@ -179,7 +207,9 @@ void bm_attend_attn(benchmark::State& state, const NamedLayer* nl) {
     KVCache cache = filled_cache(s, d);
     std::vector<int64_t> seqs(static_cast<size_t>(s.B));
     for (int64_t b = 0; b < s.B; ++b) seqs[static_cast<size_t>(b)] = b;
-    timed_decode_steps(state, cache, s.B, s.cache_len, [&] { cached_attention(q, k, v, cache, seqs, o); });
+    timed_decode_steps(
+        state, cache, s.B, s.cache_len, [&] { cached_attention(q, k, v, cache, seqs, o); },
+        [&] { read_step_bytes(d, 0, 1); });
   } else {
     SdpaOptions opt;
     opt.causal = true;
@@ -207,6 +237,46 @@ void register_layer_benchmarks() {
   }
 }
 
+namespace {
+
+// Decode shapes at equal bandwidth. A step that streams `bytes` at `pct` % of a plain read takes
+// bytes / pct in units of that read's time per byte, so ratios of these are what the medians would
+// show had every entry met the same bandwidth.
+void print_layer_decode_summary(const SummaryReporter& rep, FILE* out) {
+  bool any = false;
+  for (const NamedLayer& nl : layer_shapes()) {
+    const LayerShape& s = nl.s;
+    if (!decode(s)) continue;
+    auto get = [&](const char* impl) { return rep.find(std::string("layer/") + impl + "/" + nl.name); };
+    auto pct = [](const SummaryReporter::Entry* e) { return e ? e->stream_pct : 0.0; };
+    const auto *a = get("attend"), *bw = get("attend-bf16w"), *b16 = get("attend-bf16"), *dnn = get("onednn"),
+               *g = get("attend-gemm"), *at = get("attend-attn");
+    if (pct(a) <= 0) continue;
+    if (!any) {
+      std::fprintf(out,
+                   "\nLayer decode at equal bandwidth (paired: %%str = the step's bandwidth as a share of a plain read "
+                   "of the same bytes timed right after each step, median of the per-step ratios; * = the speed-up the "
+                   "medians would show if both entries had read at the same bandwidth; bytes f32/bf16w = the "
+                   "bf16w/f32* a step reading at 100%% of stream reaches)\n");
+      std::fprintf(out, "%-5s %9s %9s %9s %9s %9s %9s %8s %10s %12s %12s %15s\n", "shape", "attend", "bf16w", "bf16",
+                   "onednn", "gemm", "attn", "vs dnn*", "bf16w/f32*", "bf16+kv/f32*", "layer/parts*",
+                   "bytes f32/bf16w");
+      any = true;
+    }
+    // Bytes each entry streams (weights + K/V), as in their counters.
+    const double wf = weight_bytes(s, 4), wb = weight_bytes(s, 2), kv = kv_bytes(s);
+    auto norm = [&](const SummaryReporter::Entry* e, double bytes) { return pct(e) > 0 ? bytes / pct(e) : 0.0; };
+    const double ta = norm(a, wf + kv), tbw = norm(bw, wb + kv), tb16 = norm(b16, wb + kv / 2),
+                 tdnn = norm(dnn, wf + kv), tparts = norm(g, wf) + norm(at, kv);
+    auto ratio = [](double num, double den) { return num > 0 && den > 0 ? num / den : 0.0; };
+    std::fprintf(out, "%-5s %8.1f%% %8.1f%% %8.1f%% %8.1f%% %8.1f%% %8.1f%% %7.2fx %9.2fx %11.2fx %12.2f %14.2fx\n",
+                 nl.name, pct(a), pct(bw), pct(b16), pct(dnn), pct(g), pct(at), ratio(tdnn, ta), ratio(ta, tbw),
+                 ratio(ta, tb16), g && at ? ratio(ta, tparts) : 0.0, (wf + kv) / (wb + kv));
+  }
+}
+
+}  // namespace
+
 void print_layer_summary(const SummaryReporter& rep, double peak, FILE* out) {
   bool any = false;
   for (const NamedLayer& nl : layer_shapes()) {
@@ -227,6 +297,7 @@ void print_layer_summary(const SummaryReporter& rep, double peak, FILE* out) {
                  bw ? a->seconds / bw->seconds : 0.0, b16 ? a->seconds / b16->seconds : 0.0,
                  parts > 0 ? a->seconds / parts : 0.0, a->gflops, a->gbps);
   }
+  print_layer_decode_summary(rep, out);
   (void)peak;
 }
 
