@@ -271,7 +271,7 @@ void print_layer_decode_summary(const SummaryReporter& rep, FILE* out) {
     auto ratio = [](double num, double den) { return num > 0 && den > 0 ? num / den : 0.0; };
     std::fprintf(out, "%-5s %8.1f%% %8.1f%% %8.1f%% %8.1f%% %8.1f%% %8.1f%% %7.2fx %9.2fx %11.2fx %12.2f %14.2fx\n",
                  nl.name, pct(a), pct(bw), pct(b16), pct(dnn), pct(g), pct(at), ratio(tdnn, ta), ratio(ta, tbw),
-                 ratio(ta, tb16), g && at ? ratio(ta, tparts) : 0.0, (wf + kv) / (wb + kv));
+                 ratio(ta, tb16), pct(g) > 0 && pct(at) > 0 ? ratio(ta, tparts) : 0.0, (wf + kv) / (wb + kv));
   }
 }
 
