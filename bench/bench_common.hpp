@@ -84,6 +84,13 @@ void timed_loop_vs_stream(benchmark::State& state, Prepare&& prepare, F&& body, 
   state.counters["stream_pct"] = 100.0 * (n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]));
 }
 
+/// The same without a per-iteration `prepare`.
+template <class F, class R>
+void timed_loop_vs_stream(benchmark::State& state, F&& body, R&& reference) {
+  timed_loop_vs_stream(
+      state, [] {}, body, reference);
+}
+
 /// Times one decode step per iteration on a cache whose `batch` sequences (slots 0…batch−1) hold
 /// `length` tokens: each iteration first truncates them back to length − 1 (untimed) and flushes
 /// the last-level cache, then times `step` (which appends the step's token).

@@ -162,8 +162,7 @@ void bm_onednn_layer(benchmark::State& state, const NamedLayer* nl) {
   OnednnLayer layer(s, d.wqkv.data(), d.wo.data());
   auto step = [&] { layer.run(d.x.data(), d.y.data(), d.k_cache.data(), d.v_cache.data()); };
   if (decode(s))
-    timed_loop_vs_stream(
-        state, [] {}, step, [&] { read_step_bytes(d, 1, 1); });
+    timed_loop_vs_stream(state, step, [&] { read_step_bytes(d, 1, 1); });
   else
     timed_loop(state, false, step);
   counters(state, s, gemm_flops(s) + attn_flops(s), weight_bytes(s, 4) + kv_bytes(s));
@@ -182,8 +181,7 @@ void bm_attend_gemm(benchmark::State& state, const NamedLayer* nl) {
     o.run(attn.data(), d.y.data(), m, 0);
   };
   if (decode(s))
-    timed_loop_vs_stream(
-        state, [] {}, step, [&] { read_step_bytes(d, 1, 0); });
+    timed_loop_vs_stream(state, step, [&] { read_step_bytes(d, 1, 0); });
   else
     timed_loop(state, false, step);
   counters(state, s, gemm_flops(s), weight_bytes(s, 4));
