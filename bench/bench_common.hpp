@@ -54,34 +54,47 @@ void timed_loop(benchmark::State& state, bool flush, F&& body) {
       state, flush, [] {}, body);
 }
 
-/// timed_loop for decode (LLC flushed before each call) that also measures, in every iteration,
-/// `reference`: a plain read of the same bytes under the same flush, run right after the call.
-/// Counter `stream_pct` = median over iterations of reference time / call time × 100, the call's
-/// bandwidth as a share of what the machine read at that moment. Pairing per iteration keeps the
-/// figure steady when the machine's bandwidth swings between entries (stream/read is a separate
-/// entry, measured at other moments). The reference is not part of the timed call.
-template <class Prepare, class F, class R>
-void timed_loop_vs_stream(benchmark::State& state, Prepare&& prepare, F&& body, R&& reference) {
+/// timed_loop that pairs every timed call with a measurement of the machine's limit taken right
+/// after it: `ideal_seconds()` returns how long the call's work would take at that limit, measured
+/// then. Counter `counter` = median over iterations of ideal / call time × 100, the call's share of
+/// what the machine delivered at that moment. Pairing per iteration keeps the figure steady when the
+/// machine's bandwidth or compute swings between entries (a shared machine's do, ±15 points from run
+/// to run); the probe is not part of the timed call.
+template <class Prepare, class F, class I>
+void timed_loop_paired(benchmark::State& state, bool flush, Prepare&& prepare, F&& body, I&& ideal_seconds,
+                       const char* counter) {
   using clock = std::chrono::steady_clock;
   prepare();
   body();
   std::vector<double> ratios;
   for (auto _ : state) {
     prepare();
-    flush_last_level_cache();
-    auto t0 = clock::now();
+    if (flush) flush_last_level_cache();
+    const auto t0 = clock::now();
     body();
     const double t = std::chrono::duration<double>(clock::now() - t0).count();
     state.SetIterationTime(t);
-    flush_last_level_cache();
-    t0 = clock::now();
-    reference();
-    ratios.push_back(std::chrono::duration<double>(clock::now() - t0).count() / t);
+    ratios.push_back(ideal_seconds() / t);
   }
   if (ratios.empty()) return;
   std::sort(ratios.begin(), ratios.end());
   const size_t n = ratios.size();
-  state.counters["stream_pct"] = 100.0 * (n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]));
+  state.counters[counter] = 100.0 * (n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]));
+}
+
+/// Decode (LLC flushed before each call): the limit is `reference`, a plain read of the same bytes
+/// under the same flush, timed right after each call. Counter `stream_pct`.
+template <class Prepare, class F, class R>
+void timed_loop_vs_stream(benchmark::State& state, Prepare&& prepare, F&& body, R&& reference) {
+  timed_loop_paired(
+      state, true, prepare, body,
+      [&] {
+        flush_last_level_cache();
+        const auto t0 = std::chrono::steady_clock::now();
+        reference();
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      },
+      "stream_pct");
 }
 
 /// The same without a per-iteration `prepare`.
@@ -89,6 +102,21 @@ template <class F, class R>
 void timed_loop_vs_stream(benchmark::State& state, F&& body, R&& reference) {
   timed_loop_vs_stream(
       state, [] {}, body, reference);
+}
+
+/// Compute-bound calls of `flops` floating-point operations (warm caches): the limit is the FMA
+/// throughput of a ~3 ms probe (fma_gflops) run right after each call on the same threads.
+/// Counter `peak_pct`: the call's GFLOP/s as a share of the probe's (0 on a CPU without FMA).
+template <class F>
+void timed_loop_vs_peak(benchmark::State& state, double flops, F&& body) {
+  const int threads = omp_get_max_threads();
+  timed_loop_paired(
+      state, false, [] {}, body,
+      [&] {
+        const double gflops = fma_gflops(threads, 2'000'000);
+        return gflops > 0 ? flops / (gflops * 1e9) : 0.0;
+      },
+      "peak_pct");
 }
 
 /// Times one decode step per iteration on a cache whose `batch` sequences (slots 0…batch−1) hold
@@ -133,6 +161,8 @@ class SummaryReporter : public benchmark::BenchmarkReporter {
         e.gbps = b != r.counters.end() ? b->second.value * 1e-9 : 0.0;
         auto sp = r.counters.find("stream_pct");
         e.stream_pct = sp != r.counters.end() ? sp->second.value : 0.0;
+        auto pp = r.counters.find("peak_pct");
+        e.peak_pct = pp != r.counters.end() ? pp->second.value : 0.0;
       }
     }
     inner_->ReportRuns(runs);
@@ -142,6 +172,7 @@ class SummaryReporter : public benchmark::BenchmarkReporter {
   struct Entry {
     double seconds = 0, gflops = 0, gbps = 0;
     double stream_pct = 0;  // paired share of a plain read's bandwidth (timed_loop_vs_stream), 0 if none
+    double peak_pct = 0;    // paired share of the FMA probe's throughput (timed_loop_vs_peak), 0 if none
   };
   const Entry* find(const std::string& name) const {
     auto it = entries_.find(name);

@@ -3,7 +3,8 @@
 // so the summary can show the layer costs no more than its parts (no hidden copies).
 // Decode entries also time a plain read of the bytes they stream (weights + cached K/V) right
 // after every call (timed_loop_vs_stream): their `stream_pct` gives the ratios at equal bandwidth,
-// which the machine's swinging bandwidth blurs in ratios of separately timed medians.
+// which the machine's swinging bandwidth blurs in ratios of separately timed medians. The f32
+// prefill entries likewise run an FMA probe after every call (timed_loop_vs_peak, `peak_pct`).
 // L1: prefill d_model 4096, 32 heads, 8 kv heads, head_dim 128, N = 512, causal; L2: d_model 1024,
 // 16 heads, N = 2048, causal; L3: one decode step with L1's config over a 4096-token cache, B = 1;
 // L4: the same at B = 8 over 2048 tokens. Decode shapes flush the last-level cache every iteration.
@@ -149,6 +150,8 @@ void bm_attend_layer(benchmark::State& state, const NamedLayer* nl, DType wdt, D
     timed_decode_steps(
         state, cache, s.B, s.cache_len, [&] { layer.forward_cached(d.x.data(), d.y.data(), s.B, 1, cache, seqs); },
         [&] { read_step_bytes(d, wdt == DType::bf16 ? 2 : 1, cache_dtype == DType::f32 ? 1 : 2); });
+  } else if (wdt == DType::f32) {  // compute-bound: paired with an f32 FMA probe (peak_pct)
+    timed_loop_vs_peak(state, gemm_flops(s) + attn_flops(s), [&] { layer.forward(d.x.data(), d.y.data(), s.B, s.N); });
   } else {
     timed_loop(state, false, [&] { layer.forward(d.x.data(), d.y.data(), s.B, s.N); });
   }
@@ -164,7 +167,7 @@ void bm_onednn_layer(benchmark::State& state, const NamedLayer* nl) {
   if (decode(s))
     timed_loop_vs_stream(state, step, [&] { read_step_bytes(d, 1, 1); });
   else
-    timed_loop(state, false, step);
+    timed_loop_vs_peak(state, gemm_flops(s) + attn_flops(s), step);
   counters(state, s, gemm_flops(s) + attn_flops(s), weight_bytes(s, 4) + kv_bytes(s));
 }
 
@@ -183,7 +186,7 @@ void bm_attend_gemm(benchmark::State& state, const NamedLayer* nl) {
   if (decode(s))
     timed_loop_vs_stream(state, step, [&] { read_step_bytes(d, 1, 0); });
   else
-    timed_loop(state, false, step);
+    timed_loop_vs_peak(state, gemm_flops(s), step);
   counters(state, s, gemm_flops(s), weight_bytes(s, 4));
 }
 
@@ -211,7 +214,7 @@ void bm_attend_attn(benchmark::State& state, const NamedLayer* nl) {
   } else {
     SdpaOptions opt;
     opt.causal = true;
-    timed_loop(state, false, [&] { scaled_dot_product_attention(q, k, v, o, opt); });
+    timed_loop_vs_peak(state, attn_flops(s), [&] { scaled_dot_product_attention(q, k, v, o, opt); });
   }
   counters(state, s, attn_flops(s), kv_bytes(s));
 }
@@ -273,6 +276,37 @@ void print_layer_decode_summary(const SummaryReporter& rep, FILE* out) {
   }
 }
 
+// Prefill shapes at equal compute: each f32 entry's GFLOP/s as a share of an FMA probe run right
+// after each call (peak_pct). A call of `flops` at `pct` % takes flops / pct in units of the probe's
+// time per FLOP, so ratios of these are what the medians would show had every entry met the same
+// machine state.
+void print_layer_prefill_summary(const SummaryReporter& rep, FILE* out) {
+  bool any = false;
+  for (const NamedLayer& nl : layer_shapes()) {
+    const LayerShape& s = nl.s;
+    if (decode(s)) continue;
+    auto get = [&](const char* impl) { return rep.find(std::string("layer/") + impl + "/" + nl.name); };
+    auto pct = [](const SummaryReporter::Entry* e) { return e ? e->peak_pct : 0.0; };
+    const auto *a = get("attend"), *dnn = get("onednn"), *g = get("attend-gemm"), *at = get("attend-attn");
+    if (pct(a) <= 0) continue;
+    if (!any) {
+      std::fprintf(
+          out,
+          "\nLayer prefill at equal compute (paired: %%pk* = the call's GFLOP/s as a share of a ~3 ms FMA probe "
+          "run right after each call, median of the per-call ratios; * = the speed-up the medians would show "
+          "if both entries had met the same machine state)\n");
+      std::fprintf(out, "%-5s %9s %9s %9s %9s %8s %12s\n", "shape", "attend", "onednn", "gemm", "attn", "vs dnn*",
+                   "layer/parts*");
+      any = true;
+    }
+    const double fl = gemm_flops(s) + attn_flops(s);
+    auto norm = [&](const SummaryReporter::Entry* e, double flops) { return pct(e) > 0 ? flops / pct(e) : 0.0; };
+    const double ta = norm(a, fl), tdnn = norm(dnn, fl), tparts = norm(g, gemm_flops(s)) + norm(at, attn_flops(s));
+    std::fprintf(out, "%-5s %8.1f%% %8.1f%% %8.1f%% %8.1f%% %7.2fx %12.2f\n", nl.name, pct(a), pct(dnn), pct(g),
+                 pct(at), tdnn > 0 ? tdnn / ta : 0.0, pct(g) > 0 && pct(at) > 0 ? ta / tparts : 0.0);
+  }
+}
+
 }  // namespace
 
 void print_layer_summary(const SummaryReporter& rep, double peak, FILE* out) {
@@ -295,6 +329,7 @@ void print_layer_summary(const SummaryReporter& rep, double peak, FILE* out) {
                  bw ? a->seconds / bw->seconds : 0.0, b16 ? a->seconds / b16->seconds : 0.0,
                  parts > 0 ? a->seconds / parts : 0.0, a->gflops, a->gbps);
   }
+  print_layer_prefill_summary(rep, out);
   print_layer_decode_summary(rep, out);
   (void)peak;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace attend::bench {
 
@@ -13,6 +14,11 @@ void flush_last_level_cache();
 /// Sums `floats` floats with all threads, vectorised, and returns the sum (so it is not elided).
 /// Timed, this is the plain streaming read the decode kernels are compared with.
 float stream_read(const float* data, size_t floats, int threads);
+
+/// f32 FMA throughput of `threads` threads in GFLOP/s over one run of `iterations` × 12 FMAs per
+/// thread (independent chains, widest vectors: AVX-512, else AVX2+FMA; 0 without FMA). 2'000'000
+/// iterations take ~3 ms on one AVX-512 core pair: the per-call probe of the prefill entries.
+double fma_gflops(int threads, int64_t iterations);
 
 /// Peak f32 FMA throughput of `threads` threads in GFLOP/s, measured with independent FMA
 /// chains on the widest vectors the CPU supports (AVX-512, else AVX2+FMA).
