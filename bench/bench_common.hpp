@@ -113,7 +113,7 @@ void timed_loop_vs_peak(benchmark::State& state, double flops, F&& body) {
   timed_loop_paired(
       state, false, [] {}, body,
       [&] {
-        const double gflops = fma_gflops(threads, 2'000'000);
+        const double gflops = fma_gflops(threads, kFmaProbeIterations);
         return gflops > 0 ? flops / (gflops * 1e9) : 0.0;
       },
       "peak_pct");

@@ -16,9 +16,12 @@ void flush_last_level_cache();
 float stream_read(const float* data, size_t floats, int threads);
 
 /// f32 FMA throughput of `threads` threads in GFLOP/s over one run of `iterations` × 12 FMAs per
-/// thread (independent chains, widest vectors: AVX-512, else AVX2+FMA; 0 without FMA). 2'000'000
-/// iterations take ~3 ms on one AVX-512 core pair: the per-call probe of the prefill entries.
+/// thread (independent chains, widest vectors: AVX-512, else AVX2+FMA; 0 without FMA).
 double fma_gflops(int threads, int64_t iterations);
+
+/// Iterations of the per-call probe of the prefill entries (timed_loop_vs_peak): ~3 ms on one
+/// AVX-512 core pair.
+constexpr int64_t kFmaProbeIterations = 2'000'000;
 
 /// Peak f32 FMA throughput of `threads` threads in GFLOP/s, measured with independent FMA
 /// chains on the widest vectors the CPU supports (AVX-512, else AVX2+FMA).
