@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "../kernels/split_merge.hpp"
 #include "../parallel/scheduler.hpp"
 #include "../plan/attention_plan.hpp"
 
@@ -81,38 +82,25 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, int thr
       w.partial_acc = base;
       w.partial_ml = base + p.group_rows * Dv;
     }
-    table.flash(w, parallel::thread_buffer(p.scratch_floats));
+    p.flash_for(w.row_count)(w, parallel::thread_buffer(p.scratch_floats));
   };
   parallel::parallel_for(p.items(), nthreads, run_item);
   if (!partial) return;
 
-  // Merge the split-K partial states in split order (fixed, so the result does not depend on which
-  // thread computed which split): O = Σ e^(m_c − M)·acc_c / Σ e^(m_c − M)·l_c.
+  // Merge the split-K partial states of each (batch, kv head).
   auto merge = [&](int64_t bh) {
     const int64_t b = bh / p.kv_heads, hkv = bh % p.kv_heads;
     const BatchEntry& e = pr.entries[static_cast<size_t>(b)];
-    const size_t split_floats = static_cast<size_t>(p.group_rows * (Dv + 2));
-    const float* base = partial + static_cast<size_t>(bh * p.key_splits) * split_floats;
-    for (int64_t r = 0; r < p.group_rows; ++r) {
-      const int64_t i = r / p.group, g = r % p.group;
-      float* out = e.o + (hkv * p.group + g) * pr.o_head_stride + i * pr.o_row_stride;
-      float m = -INFINITY;
-      for (int64_t c = 0; c < p.key_splits; ++c) m = std::max(m, base[c * split_floats + p.group_rows * Dv + 2 * r]);
-      for (int64_t d = 0; d < Dv; ++d) out[d] = 0.0f;
-      if (m == -INFINITY) continue;  // every key masked: zeros
-      float l = 0.0f;
-      for (int64_t c = 0; c < p.key_splits; ++c) {
-        const float* split_base = base + c * split_floats;
-        const float* ml = split_base + p.group_rows * Dv;
-        if (ml[2 * r + 1] == 0.0f) continue;
-        const float f = std::exp(ml[2 * r] - m);
-        l += f * ml[2 * r + 1];
-        const float* acc = split_base + r * Dv;
-        for (int64_t d = 0; d < Dv; ++d) out[d] += f * acc[d];
-      }
-      const float inv = l == 0.0f ? 0.0f : 1.0f / l;  // a NaN sum stays NaN
-      for (int64_t d = 0; d < Dv; ++d) out[d] *= inv;
-    }
+    kernels::SplitMergeArgs a;
+    a.partial = partial + bh * p.key_splits * kernels::split_state_floats(p.group_rows, Dv);
+    a.splits = p.key_splits;
+    a.rows = p.group_rows;
+    a.value_dim = Dv;
+    a.group = p.group;
+    a.o = e.o + hkv * p.group * pr.o_head_stride;
+    a.o_head_stride = pr.o_head_stride;
+    a.o_row_stride = pr.o_row_stride;
+    kernels::merge_key_splits(a);
   };
   parallel::parallel_for(p.batch * p.kv_heads, nthreads, merge);
 }

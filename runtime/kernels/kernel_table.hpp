@@ -72,9 +72,15 @@ struct FlashWork {
 
 /// Tile geometry of one ISA's kernels; the plan sizes scratch and blocks from it.
 struct KernelGeometry {
+  int vector_floats;    // W: floats per vector register
   int block_rows;       // query rows per block (wide path)
   int block_keys;       // keys per tile (wide path)
-  int narrow_max_rows;  // the narrow (decode) path is used for blocks of at most this many rows
+  int narrow_max_rows;  // the narrow (decode) path takes blocks of at most this many rows…
+  /// …and only when head_dim is a multiple of the vector width. The plan decides with this, the
+  /// one place the path is chosen (plan::AttentionPlan::narrow).
+  bool narrow_fits(int64_t rows, int64_t head_dim) const {
+    return rows <= narrow_max_rows && head_dim % vector_floats == 0;
+  }
 };
 
 using FlashFn = void (*)(const FlashWork& work, float* scratch);
@@ -84,7 +90,8 @@ using ScratchFn = size_t (*)(int64_t head_dim, int64_t value_dim, int64_t row_co
 struct KernelTable {
   const char* name;
   KernelGeometry geometry;
-  FlashFn flash;             // computes one FlashWork
+  FlashFn flash_narrow;      // computes one FlashWork of a few rows (decode); needs narrow_fits
+  FlashFn flash_wide;        // computes one FlashWork of any rows (prefill)
   ScratchFn scratch_floats;  // per-thread scratch the flash kernel needs, in floats (64-byte aligned)
 };
 

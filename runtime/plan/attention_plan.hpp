@@ -19,6 +19,11 @@ struct AttentionPlan {
   int64_t key_splits = 1;     // key ranges per block (split-K decode)
   int64_t split_keys = 0;     // keys per range
   size_t scratch_floats = 0;  // per thread
+  /// The flash driver for a block of `rows` rows: narrow (decode) when the kernels' geometry allows
+  /// it, else wide. The one place the path is chosen.
+  kernels::FlashFn flash_for(int64_t rows) const {
+    return table->geometry.narrow_fits(rows, head_dim) ? table->flash_narrow : table->flash_wide;
+  }
   int64_t items() const { return batch * kv_heads * row_blocks * key_splits; }
   size_t partial_floats() const {
     return key_splits > 1 ? static_cast<size_t>(batch * kv_heads * key_splits * group_rows * (value_dim + 2)) : 0;

@@ -1,5 +1,5 @@
 // AVX2 + FMA instantiation of the flash kernels. Built with -mavx2 -mfma.
-#include "../flash_tile.hpp"
+#include "../flash_kernels.hpp"
 
 namespace attend::kernels {
 const KernelTable* kernel_table_avx2() {

@@ -1,6 +1,6 @@
 // AVX-512 (F, CD, DQ, BW) instantiation of the flash kernels. Built with -mavx512f -mavx512cd
 // -mavx512dq -mavx512bw -mfma; contains nothing but the table, everything else is a template.
-#include "../flash_tile.hpp"
+#include "../flash_kernels.hpp"
 
 namespace attend::kernels {
 const KernelTable* kernel_table_avx512() {

@@ -1,6 +1,6 @@
 // Baseline instantiation of the flash kernels, built without ISA flags: SSE2 on x86-64, NEON on
 // aarch64 (both are part of those targets' baseline, so this path runs on every CPU of the target).
-#include "../flash_tile.hpp"
+#include "../flash_kernels.hpp"
 
 namespace attend::kernels {
 #if defined(__aarch64__)

@@ -1,0 +1,140 @@
+// Bookkeeping both flash drivers share: which query row is which (RowMap), the per-thread scratch
+// layout, widening K/V tiles into f32 panels, and writing a block's result.
+#pragma once
+
+#include <cstring>
+#include <type_traits>
+
+#include "kernel_table.hpp"
+#include "simd/convert.hpp"
+#include "tile_traits.hpp"
+
+namespace attend::kernels {
+namespace {
+
+// Prefetches `rows` rows of `cols` elements, `stride` elements apart, one request per cache line.
+template <class E>
+inline void prefetch_rows(const E* p, int64_t stride, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; c += 64 / static_cast<int64_t>(sizeof(E)))
+      __builtin_prefetch(p + r * stride + c, 0, 3);
+}
+
+// Per-block bookkeeping shared by both paths.
+
+struct RowMap {
+  const FlashWork* w;
+  int64_t position(int64_t r) const { return (w->row_begin + r) / w->group; }
+  int64_t head(int64_t r) const { return (w->row_begin + r) % w->group; }
+  const float* q(int64_t r) const { return w->q + head(r) * w->q_head_stride + position(r) * w->q_row_stride; }
+  float* o(int64_t r) const { return w->o + head(r) * w->o_head_stride + position(r) * w->o_row_stride; }
+  const float* bias(int64_t r) const {
+    return w->bias + head(r) * w->bias_head_stride + position(r) * w->bias_row_stride;
+  }
+  // Visible keys [lo, hi) of query position i (see FlashWork).
+  int64_t hi(int64_t r) const {
+    const int64_t off = w->num_keys - w->num_queries;
+    return w->causal ? min64(w->valid_keys, position(r) + off + 1) : w->valid_keys;
+  }
+  int64_t lo(int64_t r) const {
+    const int64_t off = w->num_keys - w->num_queries;
+    return w->window > 0 ? max64(0, position(r) + off - w->window + 1) : 0;
+  }
+};
+
+// Writes the block's result: normalised output, or the unnormalised partial state for split-K.
+template <class Arch>
+void write_rows(const FlashWork& w, const RowMap& rows, const float* oacc, int64_t ldo, const float* m,
+                const float* l) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  const int64_t dv = w.value_dim;
+  for (int64_t r = 0; r < w.row_count; ++r) {
+    const float* src = oacc + r * ldo;
+    if (w.partial_acc) {
+      w.partial_ml[2 * r] = m[r];
+      w.partial_ml[2 * r + 1] = l[r];
+      std::memcpy(w.partial_acc + r * dv, src, sizeof(float) * dv);
+      continue;
+    }
+    // A row with no visible key has l == 0: it outputs zeros (documented), never 0/0. A NaN sum
+    // (a NaN logit or value the row saw) stays NaN.
+    const float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
+    float* dst = rows.o(r);
+    int64_t d = 0;
+    for (; d + W <= dv; d += W) (B::load_aligned(src + d) * B(inv)).store_unaligned(dst + d);
+    for (; d < dv; ++d) dst[d] = src[d] * inv;
+  }
+}
+
+// Converts `keys` rows of `cols` elements (row stride `ld` elements) to f32 rows `ldp` floats apart,
+// zero-padding each row to `ldp`.
+template <class E>
+void to_f32_panel(const E* src, int64_t ld, int64_t keys, int64_t cols, int64_t ldp, float* panel) {
+  for (int64_t j = 0; j < keys; ++j) {
+    const E* in = src + j * ld;
+    float* out = panel + j * ldp;
+    if constexpr (std::is_same_v<E, float>) {
+      std::memcpy(out, in, sizeof(float) * cols);
+    } else {
+      for (int64_t d = 0; d < cols; ++d) out[d] = to_float(in[d]);
+    }
+    for (int64_t d = cols; d < ldp; ++d) out[d] = 0.0f;
+  }
+}
+
+// Key j's elements in a blocked K (FlashWork::k_blocked): D values kKeyBlock apart.
+template <class E>
+inline const E* blocked_key(const E* k, int64_t j, int64_t depth) {
+  return k + (j / kKeyBlock) * kKeyBlock * depth + j % kKeyBlock;
+}
+
+// to_f32_panel for keys [j0, j0 + keys) of a blocked K.
+template <class E>
+void blocked_to_f32_panel(const E* k, int64_t j0, int64_t keys, int64_t depth, int64_t ldp, float* panel) {
+  for (int64_t j = 0; j < keys; ++j) {
+    const E* in = blocked_key(k, j0 + j, depth);
+    float* out = panel + j * ldp;
+    for (int64_t d = 0; d < depth; ++d) out[d] = to_float(in[d * kKeyBlock]);
+    for (int64_t d = depth; d < ldp; ++d) out[d] = 0.0f;
+  }
+}
+
+// Scratch layout, in floats, each part 64-byte aligned.
+struct Layout {
+  int64_t qt, st, oacc, kpanel, vpanel, m, l, alpha, lo, hi, colmax, zeros, total;
+};
+
+template <class Arch>
+Layout make_layout(int64_t head_dim, int64_t value_dim, int64_t rows) {
+  using T = Tiles<Arch>;
+  constexpr int64_t W = T::W;
+  const int64_t rows_p = round_up(max64(rows, 1), W);
+  const int64_t keys = max64(T::kBlockKeys, T::kNarrowBlockKeys);
+  const int64_t dvp = round_up(value_dim, W);
+  const int64_t dp = round_up(head_dim, W);
+  Layout s{};
+  int64_t at = 0;
+  auto take = [&](int64_t n) {
+    const int64_t here = at;
+    at += round_up(n, 16);
+    return here;
+  };
+  s.qt = take(dp * rows_p);
+  s.st = take(keys * rows_p);
+  s.oacc = take(rows_p * dvp);
+  s.kpanel = take(T::kBlockKeys * dp);
+  s.vpanel = take(keys * dvp);
+  s.m = take(rows_p);
+  s.l = take(rows_p);
+  s.alpha = take(rows_p);
+  s.lo = take(rows_p);
+  s.hi = take(rows_p);
+  s.colmax = take(rows_p);
+  s.zeros = take(dp);
+  s.total = at;
+  return s;
+}
+
+}  // namespace
+}  // namespace attend::kernels

@@ -1,0 +1,42 @@
+// The kernel table of one ISA: the two flash drivers for every K/V element type. Included only by
+// runtime/kernels/arch/*.cpp (one per ISA, each built with that ISA's flags).
+#pragma once
+
+#include "flash_narrow.hpp"
+#include "flash_wide.hpp"
+
+namespace attend::kernels {
+namespace {
+
+template <class Arch, template <class, class> class Driver>
+void flash_any_type(const FlashWork& w, float* scratch) {
+  switch (w.kv_type) {
+    case KvType::f32: return Driver<Arch, float>::run(w, scratch);
+    case KvType::bf16: return Driver<Arch, Bf16>::run(w, scratch);
+    case KvType::f16: return Driver<Arch, F16>::run(w, scratch);
+  }
+}
+
+template <class Arch, class E>
+struct NarrowDriver {
+  static void run(const FlashWork& w, float* scratch) { flash_narrow<Arch, E>(w, scratch); }
+};
+template <class Arch, class E>
+struct WideDriver {
+  static void run(const FlashWork& w, float* scratch) { flash_wide<Arch, E>(w, scratch); }
+};
+
+template <class Arch>
+size_t scratch_floats(int64_t head_dim, int64_t value_dim, int64_t rows) {
+  return static_cast<size_t>(make_layout<Arch>(head_dim, value_dim, rows).total);
+}
+
+template <class Arch>
+KernelTable make_table(const char* name) {
+  using T = Tiles<Arch>;
+  return KernelTable{name, KernelGeometry{T::W, T::kBlockRows, T::kBlockKeys, T::kNarrowMaxRows},
+                     &flash_any_type<Arch, NarrowDriver>, &flash_any_type<Arch, WideDriver>, &scratch_floats<Arch>};
+}
+
+}  // namespace
+}  // namespace attend::kernels

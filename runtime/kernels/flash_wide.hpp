@@ -1,0 +1,179 @@
+// The wide (prefill) flash driver: a block of up to kBlockRows query rows against a key range,
+// in tiles of kBlockKeys keys. Sᵀ = K·Qᵀ (keys × query rows): Q is transposed into a [D × rows]
+// panel once per row block, K is read in place (its elements are broadcast), so nothing per key
+// tile is packed; the online softmax then runs down columns, vectorised across query rows, and the
+// output accumulator is rescaled by e^(m_old − m_new) as P·V reloads it.
+#pragma once
+
+#include "flash_common.hpp"
+#include "simd/exp2.hpp"
+#include "simd/transpose.hpp"
+#include "ukernel/pv_tile.hpp"
+#include "ukernel/score_tile_kqt_f32.hpp"
+
+namespace attend::kernels {
+namespace {
+
+// Wide path: a block of up to kBlockRows query rows.
+
+// Sᵀ ← 2^((Sᵀ − ref)·log2 e) over `nk` keys, NV vectors of query rows per key, and sum[n] = the
+// column sums. The NV exponentials of a key are independent and Sᵀ is walked in memory order
+// (+1% on P1–P3 over one column of vectors at a time).
+template <class Arch, int NV>
+void exp_columns(float* st, int64_t ldr, int64_t nk, const vfloat<Arch>* ref, vfloat<Arch>* sum) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  B acc[NV], r[NV];
+  ATTEND_UNROLL
+  for (int n = 0; n < NV; ++n) {
+    acc[n] = B(0.0f);
+    r[n] = ref[n];
+  }
+  for (int64_t jj = 0; jj < nk; ++jj, st += ldr) {
+    ATTEND_UNROLL
+    for (int n = 0; n < NV; ++n) {
+      const B p = exp2_nonpositive<Arch>((B::load_aligned(st + n * W) - r[n]) * B(kLog2e));
+      p.store_aligned(st + n * W);
+      acc[n] += p;
+    }
+  }
+  ATTEND_UNROLL
+  for (int n = 0; n < NV; ++n) sum[n] = acc[n];
+}
+
+template <class Arch, class E>
+void flash_wide(const FlashWork& w, float* scratch) {
+  using T = Tiles<Arch>;
+  using B = vfloat<Arch>;
+  constexpr int W = T::W;
+  const RowMap rows{&w};
+  const int64_t nr = w.row_count, depth = w.head_dim;
+  const int64_t ldr = round_up(nr, W);  // padded rows: the leading dimension of Qᵀ and Sᵀ
+  const int nvr = static_cast<int>(ldr / W);
+  const int64_t dvp = round_up(w.value_dim, W);
+  const Layout L = make_layout<Arch>(w.head_dim, w.value_dim, nr);
+  float* qt = scratch + L.qt;
+  float* st = scratch + L.st;
+  float* oacc = scratch + L.oacc;
+  float* m = scratch + L.m;
+  float* l = scratch + L.l;
+  float* alpha = scratch + L.alpha;
+  float* lo = scratch + L.lo;
+  float* hi = scratch + L.hi;
+  float* colmax = scratch + L.colmax;
+
+  // Qᵀ panel, pre-scaled; padded rows are zero and inherit the last row's mask so they never
+  // widen the key range or force masking.
+  int64_t key_lo = w.key_end, key_hi = w.key_begin, max_lo = 0, min_hi = w.key_end;
+  for (int64_t r = 0; r < ldr; ++r) {
+    const int64_t rr = min64(r, nr - 1);
+    const int64_t rlo = max64(rows.lo(rr), w.key_begin), rhi = min64(rows.hi(rr), w.key_end);
+    lo[r] = static_cast<float>(rlo);
+    hi[r] = static_cast<float>(rhi);
+    if (rlo < rhi) {
+      key_lo = min64(key_lo, rlo);
+      key_hi = max64(key_hi, rhi);
+    }
+    max_lo = max64(max_lo, rlo);
+    min_hi = min64(min_hi, rhi);
+    m[r] = kNegInf;
+    l[r] = 0.0f;
+  }
+  for (int64_t r0 = 0; r0 < ldr; r0 += W) {
+    const float* src[W];
+    for (int i = 0; i < W; ++i) src[i] = r0 + i < nr ? rows.q(r0 + i) : nullptr;
+    transpose_rows_scaled<Arch>(src, depth, w.scale, qt + r0, ldr);
+  }
+  std::memset(oacc, 0, sizeof(float) * ldr * dvp);
+
+  const E* kbase = static_cast<const E*>(w.k);
+  const E* vbase = static_cast<const E*>(w.v);
+  constexpr bool kFloat = std::is_same_v<E, float>;
+  const float* krow[kMaxScoreR];
+  for (int64_t j0 = key_lo; j0 < key_hi; j0 += T::kBlockKeys) {
+    const int64_t nk = min64(T::kBlockKeys, key_hi - j0);
+
+    // K is read in place (its elements broadcast); a bf16/f16 or blocked tile is first widened
+    // into a row panel.
+    const float* ktile;
+    int64_t ldk;
+    if (kFloat && !w.k_blocked) {
+      ktile = reinterpret_cast<const float*>(kbase + j0 * w.k_row_stride);
+      ldk = w.k_row_stride;
+    } else {
+      if (w.k_blocked)
+        blocked_to_f32_panel(kbase, j0, nk, depth, depth, scratch + L.kpanel);
+      else
+        to_f32_panel(kbase + j0 * w.k_row_stride, w.k_row_stride, nk, depth, depth, scratch + L.kpanel);
+      ktile = scratch + L.kpanel;
+      ldk = depth;
+    }
+    // Tiles that every row sees whole skip the mask (and use the unguarded P·V).
+    const bool whole = max_lo <= j0 && min_hi >= j0 + nk;
+    // The column max comes out of the score microkernel, except where masking (or a bias) will
+    // still change the scores: a masked-out large logit must not become the reference.
+    const bool fuse_max = whole && !w.bias;
+    if (fuse_max)
+      for (int64_t r = 0; r < ldr; r += W) B(kNegInf).store_aligned(colmax + r);
+    // Sᵀ = K·Qᵀ for this tile.
+    for (int64_t jj = 0; jj < nk; jj += T::kScoreKeys) {
+      const int R = static_cast<int>(min64(T::kScoreKeys, nk - jj));
+      for (int r = 0; r < R; ++r) krow[r] = ktile + (jj + r) * ldk;
+      ScoreArgs a{krow, qt, ldr, depth, st + jj * ldr, ldr, fuse_max ? colmax : nullptr};
+      score_dispatch<Arch>(R, nvr, a);
+    }
+    if (w.bias) {
+      for (int64_t r = 0; r < nr; ++r) {
+        const float* b = rows.bias(r) + j0 * w.bias_key_stride;
+        for (int64_t jj = 0; jj < nk; ++jj) st[jj * ldr + r] += b[jj * w.bias_key_stride];
+      }
+    }
+    const bool masked = !whole || w.bias != nullptr;
+    if (!whole) {
+      for (int64_t jj = 0; jj < nk; ++jj) {
+        const B jf(static_cast<float>(j0 + jj));
+        for (int n = 0; n < nvr; ++n) {
+          float* s = st + jj * ldr + n * W;
+          const auto visible = (jf >= B::load_aligned(lo + n * W)) & (jf < B::load_aligned(hi + n * W));
+          xsimd::select(visible, B::load_aligned(s), B(kNegInf)).store_aligned(s);
+        }
+      }
+    }
+    // Online softmax down the columns of Sᵀ, W query rows at a time: new maxima and rescale
+    // factors first, then the exponentials of all columns together.
+    B ref[T::kMaxRowVectors], sum[T::kMaxRowVectors];
+    for (int n = 0; n < nvr; ++n) {
+      B mx(kNegInf);
+      if (fuse_max)
+        mx = B::load_aligned(colmax + n * W);
+      else
+        for (int64_t jj = 0; jj < nk; ++jj) mx = xsimd::max(mx, B::load_aligned(st + jj * ldr + n * W));
+      const B m_old = B::load_aligned(m + n * W);
+      const B m_new = xsimd::max(m_old, mx);
+      // All keys masked so far: use 0 as the reference so exp2(−inf − ref) is 0, not NaN.
+      ref[n] = xsimd::select(m_new == B(kNegInf), B(0.0f), m_new);
+      m_new.store_aligned(m + n * W);
+      exp2_nonpositive<Arch>((m_old - ref[n]) * B(kLog2e)).store_aligned(alpha + n * W);
+    }
+    static_assert(T::kMaxRowVectors == 4, "exp_columns is dispatched for 1–4 row vectors");
+    switch (nvr) {
+      case 1: exp_columns<Arch, 1>(st, ldr, nk, ref, sum); break;
+      case 2: exp_columns<Arch, 2>(st, ldr, nk, ref, sum); break;
+      case 3: exp_columns<Arch, 3>(st, ldr, nk, ref, sum); break;
+      default: exp_columns<Arch, 4>(st, ldr, nk, ref, sum); break;
+    }
+    for (int n = 0; n < nvr; ++n)
+      xsimd::fma(B::load_aligned(l + n * W), B::load_aligned(alpha + n * W), sum[n]).store_aligned(l + n * W);
+    if (kFloat && w.value_dim % W == 0) {
+      pv_block<Arch>(oacc, dvp, alpha, st, 1, ldr, vbase + j0 * w.v_row_stride, w.v_row_stride, nr, dvp / W, nk,
+                     masked);
+    } else {  // pad (and widen) V rows so the microkernel never reads past a row
+      to_f32_panel(vbase + j0 * w.v_row_stride, w.v_row_stride, nk, w.value_dim, dvp, scratch + L.vpanel);
+      pv_block<Arch>(oacc, dvp, alpha, st, 1, ldr, scratch + L.vpanel, dvp, nr, dvp / W, nk, masked);
+    }
+  }
+  write_rows<Arch>(w, rows, oacc, dvp, m, l);
+}
+
+}  // namespace
+}  // namespace attend::kernels

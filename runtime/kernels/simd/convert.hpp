@@ -1,0 +1,126 @@
+// K/V element types and their widening to f32 vectors. bf16 and f16 (a KV cache's storage) are
+// widened as they are loaded; all arithmetic is f32.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "arch.hpp"
+
+namespace attend::kernels {
+namespace {
+
+struct Bf16 {
+  uint16_t bits;
+};
+struct F16 {
+  uint16_t bits;
+};
+
+inline float to_float(float x) { return x; }
+inline float to_float(Bf16 x) {
+  const uint32_t bits = static_cast<uint32_t>(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+inline float to_float(F16 x) {
+  const uint32_t sign = static_cast<uint32_t>(x.bits & 0x8000u) << 16;
+  uint32_t exp = (x.bits >> 10) & 0x1fu, mant = x.bits & 0x3ffu, bits;
+  if (exp == 0x1f) {
+    bits = sign | 0x7f800000u | (mant << 13);  // inf / NaN
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    exp = 113;
+    while (!(mant & 0x400u)) {
+      mant <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((mant & 0x3ffu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+template <class Arch>
+inline vfloat<Arch> load_float(const float* p) {
+  return vfloat<Arch>::load_unaligned(p);
+}
+
+template <class Arch, class T>
+inline vfloat<Arch> load_float_scalar(const T* p) {
+  alignas(64) float tmp[vfloat<Arch>::size];
+  for (int i = 0; i < static_cast<int>(vfloat<Arch>::size); ++i) tmp[i] = to_float(p[i]);
+  return vfloat<Arch>::load_aligned(tmp);
+}
+
+// bf16 → f32 is a 16-bit left shift of each element.
+template <class Arch>
+inline vfloat<Arch> load_bf16(const Bf16* p, requires_arch<xsimd::generic>) {
+  return load_float_scalar<Arch>(p);
+}
+template <class Arch>
+inline vfloat<Arch> load_f16(const F16* p, requires_arch<xsimd::generic>) {
+  return load_float_scalar<Arch>(p);
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+template <class Arch>
+inline vfloat<Arch> load_bf16(const Bf16* p, requires_arch<xsimd::avx512bw>) {
+  const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+#endif
+#if defined(__AVX512F__)
+template <class Arch>
+inline vfloat<Arch> load_f16(const F16* p, requires_arch<xsimd::avx512f>) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+#endif
+#if defined(__AVX2__)
+template <class Arch>
+inline vfloat<Arch> load_bf16(const Bf16* p, requires_arch<xsimd::avx2>) {
+  const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+#endif
+#if defined(__AVX2__) && defined(__F16C__)
+template <class Arch>
+inline vfloat<Arch> load_f16(const F16* p, requires_arch<xsimd::avx2>) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+#endif
+#if defined(__SSE2__)
+template <class Arch>
+inline vfloat<Arch> load_bf16(const Bf16* p, requires_arch<xsimd::sse2>) {
+  const __m128i h = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm_castsi128_ps(_mm_unpacklo_epi16(_mm_setzero_si128(), h));
+}
+#endif
+#if defined(__aarch64__)
+template <class Arch>
+inline vfloat<Arch> load_bf16(const Bf16* p, requires_arch<xsimd::neon64>) {
+  return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(reinterpret_cast<const uint16_t*>(p)), 16));
+}
+template <class Arch>
+inline vfloat<Arch> load_f16(const F16* p, requires_arch<xsimd::neon64>) {
+  return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(reinterpret_cast<const uint16_t*>(p))));
+}
+#endif
+
+/// One vector of elements starting at p, widened to f32.
+template <class Arch>
+inline vfloat<Arch> load_float(const Bf16* p) {
+  return load_bf16<Arch>(p, Arch{});
+}
+template <class Arch>
+inline vfloat<Arch> load_float(const F16* p) {
+  return load_f16<Arch>(p, Arch{});
+}
+
+}  // namespace
+}  // namespace attend::kernels

@@ -1,0 +1,32 @@
+// Tile geometry per architecture, derived from the vector width and the register count. Every
+// kernel and the microkernel tester take their tile constants from here.
+#pragma once
+
+#include "simd/arch.hpp"
+
+namespace attend::kernels {
+namespace {
+
+template <class Arch>
+struct Tiles {
+  static constexpr int W = vfloat<Arch>::size;
+  static constexpr int kRegisters = vector_registers(Arch{});
+  /// 32 registers (AVX-512, NEON): up to 24 accumulators per microkernel; 16 registers: 12.
+  static constexpr bool kManyRegs = kRegisters >= 32;
+  static constexpr int kMaxRowVectors = 4;               // Sᵀ tile: ≤ 4 vectors of query rows
+  static constexpr int kBlockRows = kMaxRowVectors * W;  // query rows per wide block
+  static constexpr int kScoreKeys = kManyRegs ? 6 : 3;   // keys per score microkernel call
+  /// Keys per wide tile: a whole number of score-microkernel calls, so no tile ends in a short
+  /// remainder call (16 or 24 calls).
+  static constexpr int kBlockKeys = kScoreKeys * (kManyRegs ? 16 : 24);
+  static constexpr int kAccRegs = kManyRegs ? 24 : 12;  // accumulator budget of the P·V microkernel
+  static constexpr int kPvRows = kManyRegs ? 6 : 3;     // rows per P·V microkernel call
+  static constexpr int kNarrowMaxRows = W / 2 > 1 ? W / 2 : 1;
+  static constexpr int kNarrowBlockKeys = 256;
+  static_assert(kBlockKeys % kScoreKeys == 0, "a wide tile is a whole number of score calls");
+  static_assert(kScoreKeys * kMaxRowVectors <= kAccRegs, "score accumulators fit the register budget");
+  static_assert(kNarrowMaxRows <= 16, "narrow path keeps per-row ranges in arrays of 16");
+};
+
+}  // namespace
+}  // namespace attend::kernels

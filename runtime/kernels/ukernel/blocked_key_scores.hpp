@@ -1,0 +1,96 @@
+// Microkernel: decode scores against a blocked K (a KV cache's layout, [D][kKeyBlock] per block of
+// kKeyBlock keys), S[NR rows][G·kKeyBlock keys]: keys sit in vector lanes, so every FMA scores W
+// keys and nothing is reduced across lanes. K of f32, bf16 or f16.
+#pragma once
+
+#include "../kernel_table.hpp"
+#include "../simd/convert.hpp"
+#include "../tile_traits.hpp"
+
+namespace attend::kernels {
+namespace {
+
+// pack's padding rows have zero queries; scratch holds them).
+template <class Arch, int NR, int G, class E>
+void blocked_scores(const E* blk, int64_t depth, const float* q, float* s, int64_t lds, const E* pf) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  static_assert(kKeyBlock % W == 0, "a key block is a whole number of vectors");
+  constexpr int KV = static_cast<int>(kKeyBlock / W), NV = G * KV;
+  constexpr int U = NR * NV >= 8 ? 1 : 8 / (NR * NV);  // divides W, hence D on the narrow path
+  B acc[U][NR][NV];
+  for (int u = 0; u < U; ++u)
+    for (int r = 0; r < NR; ++r)
+      for (int v = 0; v < NV; ++v) acc[u][r][v] = B(0.0f);
+  // The next G blocks (as many bytes as this call reads) are prefetched a slice per step, so the
+  // requests are spread over the FMAs instead of stalling the core in a burst.
+  constexpr int64_t kSlice = G * kKeyBlock * U * static_cast<int64_t>(sizeof(E));
+  for (int64_t d = 0; d < depth; d += U) {
+    if (pf) {
+      const char* p = reinterpret_cast<const char*>(pf) + d / U * kSlice;
+      for (int64_t o = 0; o < kSlice; o += 64) __builtin_prefetch(p + o, 0, 3);
+    }
+    for (int u = 0; u < U; ++u) {
+      B kv[NV];
+      for (int g = 0; g < G; ++g)
+        for (int v = 0; v < KV; ++v)
+          kv[g * KV + v] = load_float<Arch>(blk + g * kKeyBlock * depth + (d + u) * kKeyBlock + v * W);
+      for (int r = 0; r < NR; ++r) {
+        const B qb(q[r * depth + d + u]);
+        for (int v = 0; v < NV; ++v) acc[u][r][v] = xsimd::fma(qb, kv[v], acc[u][r][v]);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int v = 0; v < NV; ++v) {
+      B sum = acc[0][r][v];
+      for (int u = 1; u < U; ++u) sum += acc[u][r][v];
+      sum.store_aligned(s + r * lds + v * W);
+    }
+}
+
+// Blocks scored per call for a pack of NR rows: with 16-lane vectors and 32 registers (AVX-512)
+// each broadcast is shared across two or four blocks; other targets score one (a 4-lane NEON block
+// is already 4 vectors per row).
+template <class Arch>
+constexpr int blocked_group(int nr) {
+  return Tiles<Arch>::W == 16 && Tiles<Arch>::kManyRegs ? (nr == 1 ? 4 : 2) : 1;
+}
+
+// Scores `blocks` consecutive key blocks (G at a time, then one at a time) for a pack of NR rows;
+// `ahead` blocks from `blk` on exist (the next call's blocks among them are prefetched as the
+// scoring goes; nothing past them is touched).
+template <class Arch, int NR, class E>
+void blocked_scores_run(const E* blk, int64_t blocks, int64_t ahead, int64_t depth, const float* q, float* s,
+                        int64_t lds) {
+  constexpr int G = blocked_group<Arch>(NR);
+  const int64_t bd = kKeyBlock * depth;
+  int64_t b = 0;
+  for (; b + G <= blocks; b += G)  // (a partial last group ahead is left to the hardware)
+    blocked_scores<Arch, NR, G, E>(blk + b * bd, depth, q, s + b * kKeyBlock, lds,
+                                   b + 2 * G <= ahead ? blk + (b + G) * bd : nullptr);
+  for (; b < blocks; ++b)
+    blocked_scores<Arch, NR, 1, E>(blk + b * bd, depth, q, s + b * kKeyBlock, lds,
+                                   b + 1 < ahead ? blk + (b + 1) * bd : nullptr);
+}
+
+template <class Arch, class E>
+void blocked_scores_dispatch(int row_pack, const E* blk, int64_t blocks, int64_t ahead, int64_t depth, const float* q,
+                             float* s, int64_t lds) {
+  constexpr int kMax = Tiles<Arch>::kNarrowMaxRows;
+  switch (row_pack) {
+    case 1: return blocked_scores_run<Arch, 1, E>(blk, blocks, ahead, depth, q, s, lds);
+    case 2:
+      if constexpr (kMax >= 2) return blocked_scores_run<Arch, 2, E>(blk, blocks, ahead, depth, q, s, lds);
+      break;
+    case 4:
+      if constexpr (kMax >= 4) return blocked_scores_run<Arch, 4, E>(blk, blocks, ahead, depth, q, s, lds);
+      break;
+    case 8:
+      if constexpr (kMax >= 8) return blocked_scores_run<Arch, 8, E>(blk, blocks, ahead, depth, q, s, lds);
+      break;
+  }
+}
+
+}  // namespace
+}  // namespace attend::kernels

@@ -1,0 +1,72 @@
+// Microkernel: decode scores against row-major K, S[NR rows][W keys] = Q·Kᵀ, as dot products
+// along D (D a multiple of W): NR rows × W/NR keys per transpose-sum, so each K vector loaded
+// feeds NR FMAs and one query row does not pay for a vector of padded rows. K of f32, bf16 or f16.
+#pragma once
+
+#include <cstring>
+
+#include "../simd/convert.hpp"
+#include "../simd/transpose.hpp"
+
+namespace attend::kernels {
+namespace {
+
+// S[r][j] for NR rows × KG = W/NR keys starting at `kbase` (rows `ldk` floats apart; keys past `keys`
+// read the zero row), one transpose-sum per W/NR keys. Writes rows < `rows` of S. Optionally
+// prefetches the first `pf_keys` rows at `pf`, spread over the depth loop.
+template <class Arch, int NR, class E>
+void narrow_scores(const E* kbase, int64_t ldk, int64_t keys, const float* q, int64_t depth, const E* zeros, float* s,
+                   int64_t lds, int64_t rows, const E* pf, int64_t pf_keys) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size, KG = W / NR;
+  alignas(64) float sums[W];
+  for (int64_t j = 0; j < W; j += KG) {
+    const E* kp[KG];
+    for (int k = 0; k < KG; ++k) kp[k] = j + k < keys ? kbase + (j + k) * ldk : zeros;
+    const E* pp[KG];  // rows of the next group to prefetch, a line per depth step (null: none)
+    for (int k = 0; k < KG; ++k) pp[k] = pf && j + k < pf_keys ? pf + (j + k) * ldk : nullptr;
+    B acc[W];
+    for (int i = 0; i < W; ++i) acc[i] = B(0.0f);
+    for (int64_t d = 0; d < depth; d += W) {
+      if (pf)
+        for (int k = 0; k < KG; ++k)
+          if (pp[k]) __builtin_prefetch(pp[k] + d, 0, 3);
+      B kv[KG];
+      for (int k = 0; k < KG; ++k) kv[k] = load_float<Arch>(kp[k] + d);
+      for (int r = 0; r < NR; ++r) {
+        const B qv = B::load_aligned(q + r * depth + d);
+        for (int k = 0; k < KG; ++k) acc[r * KG + k] = xsimd::fma(qv, kv[k], acc[r * KG + k]);
+      }
+    }
+    transpose_sum<Arch>(acc).store_aligned(sums);
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(s + r * lds + j, sums + r * KG, sizeof(float) * KG);
+  }
+}
+
+// S[r][0, G·kKeyBlock) for NR rows against G consecutive blocks of a blocked K (each [D][kKeyBlock],
+// G·kKeyBlock·D contiguous elements): the keys sit in vector lanes, so every FMA scores W keys and
+// nothing is reduced across lanes. Each broadcast query element feeds G·kKeyBlock/W FMAs, and U
+// partial sums per output vector keep at least eight FMAs in flight. Writes all NR rows of S (the
+
+template <class Arch, class E>
+void narrow_scores_dispatch(int row_pack, const E* k, int64_t ldk, int64_t keys, const float* q, int64_t depth,
+                            const E* zeros, float* s, int64_t lds, int64_t rows, const E* pf, int64_t pf_keys) {
+  constexpr int W = vfloat<Arch>::size;
+  switch (row_pack) {
+    case 1: return narrow_scores<Arch, 1, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys);
+    case 2: return narrow_scores<Arch, 2, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys);
+    case 4:
+      if constexpr (W >= 4) return narrow_scores<Arch, 4, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys);
+      break;
+    case 8:
+      if constexpr (W >= 8) return narrow_scores<Arch, 8, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys);
+      break;
+    case 16:
+      if constexpr (W >= 16)
+        return narrow_scores<Arch, 16, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys);
+      break;
+  }
+}
+
+}  // namespace
+}  // namespace attend::kernels

@@ -1,0 +1,80 @@
+// Microkernel: one tile of transposed f32 scores, Sᵀ[R keys][NV·W query rows] = K·Qᵀ, for the
+// wide (prefill) path. R ≤ 6 keys (their elements broadcast), NV ≤ 4 vectors of query rows;
+// R·NV accumulators stay in registers (24 on AVX-512: 6 keys × 4 vectors).
+#pragma once
+
+#include <array>
+#include <utility>
+
+#include "../simd/arch.hpp"
+
+namespace attend::kernels {
+namespace {
+// Sᵀ[R keys][NV·W rows] = K[R keys]·Qᵀ panel. `krow[r]` points at key r's D values (read in place,
+// broadcast one element at a time); the panel holds Q transposed, `ldq` floats per d.
+struct ScoreArgs {
+  const float* const* krow;
+  const float* qt;
+  int64_t ldq;
+  int64_t depth;
+  float* out;  // Sᵀ rows, `ldo` floats apart
+  int64_t ldo;
+  float* colmax = nullptr;  // optional: running max over keys of each query row (column of Sᵀ)
+};
+
+template <class Arch, int R, int NV>
+void score_tile(const ScoreArgs& a) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  B acc[R][NV];
+  ATTEND_UNROLL
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NV; ++n) acc[r][n] = B(0.0f);
+  const float* kr[R];
+  ATTEND_UNROLL
+  for (int r = 0; r < R; ++r) kr[r] = a.krow[r];
+  const float* qt = a.qt;
+  for (int64_t d = 0; d < a.depth; ++d, qt += a.ldq) {
+    B q[NV];
+    ATTEND_UNROLL
+    for (int n = 0; n < NV; ++n) q[n] = B::load_aligned(qt + n * W);
+    ATTEND_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const B kb(kr[r][d]);
+      ATTEND_UNROLL
+      for (int n = 0; n < NV; ++n) acc[r][n] = xsimd::fma(kb, q[n], acc[r][n]);
+    }
+  }
+  ATTEND_UNROLL
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NV; ++n) acc[r][n].store_aligned(a.out + r * a.ldo + n * W);
+  if (a.colmax) {
+    ATTEND_UNROLL
+    for (int n = 0; n < NV; ++n) {
+      B mx = B::load_aligned(a.colmax + n * W);
+      ATTEND_UNROLL
+      for (int r = 0; r < R; ++r) mx = xsimd::max(mx, acc[r][n]);
+      mx.store_aligned(a.colmax + n * W);
+    }
+  }
+}
+
+// O[R rows][NV·W] = alpha[r]·O + Σ_j P[r][j]·V[j]. P is addressed with two strides so the same
+
+// Function-pointer table so a runtime (keys, row vectors) remainder picks the right specialisation.
+constexpr int kMaxScoreR = 6, kMaxScoreNV = 4;
+
+template <class Arch, int... I>
+constexpr auto make_score_table(std::integer_sequence<int, I...>) {
+  return std::array<void (*)(const ScoreArgs&), sizeof...(I)>{
+      &score_tile<Arch, I / kMaxScoreNV + 1, I % kMaxScoreNV + 1>...};
+}
+
+template <class Arch>
+inline void score_dispatch(int r, int nv, const ScoreArgs& a) {
+  static constexpr auto table = make_score_table<Arch>(std::make_integer_sequence<int, kMaxScoreR * kMaxScoreNV>{});
+  table[(r - 1) * kMaxScoreNV + (nv - 1)](a);
+}
+
+}  // namespace
+}  // namespace attend::kernels
