@@ -179,9 +179,12 @@ void bm_attend_gemm(benchmark::State& state, const NamedLayer* nl) {
   gemm::Linear qkv(d.wqkv.data(), false, s.dm, C, nullptr, gemm::WeightType::f32);
   gemm::Linear o(d.wo.data(), false, q_out(s), s.dm, nullptr, gemm::WeightType::f32);
   std::vector<float> rows(static_cast<size_t>(m * C)), attn(static_cast<size_t>(m * q_out(s)));
+  // The scratch the layer takes from its context, 64-byte aligned.
+  std::vector<float> scratch_storage(std::max(qkv.scratch_floats(m), o.scratch_floats(m)) + 16);
+  float* scratch = scratch_storage.data() + (16 - reinterpret_cast<uintptr_t>(scratch_storage.data()) / 4 % 16) % 16;
   auto step = [&] {
-    qkv.run(d.x.data(), rows.data(), m, 0);
-    o.run(attn.data(), d.y.data(), m, 0);
+    qkv.run(d.x.data(), rows.data(), m, 0, scratch);
+    o.run(attn.data(), d.y.data(), m, 0, scratch);
   };
   if (decode(s))
     timed_loop_vs_stream(state, step, [&] { read_step_bytes(d, 1, 0); });

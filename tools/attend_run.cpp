@@ -98,13 +98,13 @@ int run(const Args& a) {
     if (prefill > 0) {
       gather(0, prefill, xs);
       ys.resize(xs.size());
-      mha.forward_cached(xs.data(), ys.data(), batch, prefill, cache, seqs, a.threads);
+      mha.forward_cached(xs.data(), ys.data(), batch, prefill, cache, seqs, {.num_threads = a.threads});
       scatter(0, prefill, ys);
     }
     for (int64_t t = prefill; t < tokens; ++t) {
       gather(t, 1, xs);
       ys.resize(xs.size());
-      mha.forward_cached(xs.data(), ys.data(), batch, 1, cache, seqs, a.threads);
+      mha.forward_cached(xs.data(), ys.data(), batch, 1, cache, seqs, {.num_threads = a.threads});
       scatter(t, 1, ys);
     }
   }

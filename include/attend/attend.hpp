@@ -1,6 +1,7 @@
 // attend — fused, tiled transformer attention for CPUs. The umbrella header.
 #pragma once
 
+#include <attend/context.hpp>
 #include <attend/dtype.hpp>
 #include <attend/error.hpp>
 #include <attend/isa.hpp>

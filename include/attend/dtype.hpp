@@ -1,6 +1,7 @@
 // Storage element types.
 #pragma once
 
+#include <attend/export.hpp>
 namespace attend {
 
 /// Element type of stored data (weights, KV cache). Arithmetic is always f32.
@@ -11,6 +12,6 @@ enum class DType {
 };
 
 /// "f32", "bf16" or "f16".
-const char* dtype_name(DType t);
+ATTEND_API const char* dtype_name(DType t);
 
 }  // namespace attend

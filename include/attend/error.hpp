@@ -3,6 +3,7 @@
 // Error is thrown the caller's output buffers are exactly as they were.
 #pragma once
 
+#include <attend/export.hpp>
 #include <stdexcept>
 #include <string>
 
@@ -12,11 +13,13 @@ namespace attend {
 enum class ErrorCode {
   invalid_argument,  ///< a shape, stride, pointer or option is inconsistent or out of range
   unsupported,       ///< the request is valid but this build or CPU cannot serve it (e.g. a forced ISA)
+  capacity,          ///< a bound was reached: a KV cache sequence's capacity, a context's workspace limit
+  concurrent_use,    ///< an object another thread is modifying was used at the same time (e.g. a KVCache)
 };
 
 /// Thrown by every attend entry point on invalid input. `what()` names the argument and the
 /// shapes involved, e.g. "sdpa: k shape [1,8,64,32] does not match q head dim 64".
-class Error : public std::runtime_error {
+class ATTEND_API Error : public std::runtime_error {
  public:
   Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
   ErrorCode code() const noexcept { return code_; }

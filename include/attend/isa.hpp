@@ -1,6 +1,7 @@
 // Which vector instruction set attend's kernels run on, and how to choose it.
 #pragma once
 
+#include <attend/export.hpp>
 #include <string>
 #include <vector>
 
@@ -16,27 +17,27 @@ enum class Isa {
 };
 
 /// "generic", "avx2", "avx512" or "automatic".
-const char* isa_name(Isa isa);
+ATTEND_API const char* isa_name(Isa isa);
 
 /// The ISA paths compiled into this build (independent of the CPU).
-std::vector<Isa> compiled_isas();
+ATTEND_API std::vector<Isa> compiled_isas();
 
 /// The compiled ISA paths this CPU *and* operating system can run (XCR0 is checked, so a kernel
 /// that disabled AVX-512 state is honoured).
-std::vector<Isa> supported_isas();
+ATTEND_API std::vector<Isa> supported_isas();
 
 /// The path `Isa::automatic` resolves to: the best supported path, capped by the environment
 /// variable ATTEND_ISA=generic|avx2|avx512 (read once, at the first call). A cap above what the
 /// CPU supports selects the best supported path below it. An unrecognised value throws
 /// attend::Error from this function and from every call that uses `Isa::automatic`.
-Isa active_isa();
+ATTEND_API Isa active_isa();
 
 /// A human-readable name of the CPU (from CPUID's brand string, or /proc/cpuinfo).
-std::string cpu_model();
+ATTEND_API std::string cpu_model();
 
 /// The oneDNN library the layer's projections run on: its version ("2.6.3") and the ISA it
 /// dispatches to on this machine ("avx512_core_bf16", "avx2", …).
-std::string onednn_version();
-std::string onednn_isa();
+ATTEND_API std::string onednn_version();
+ATTEND_API std::string onednn_isa();
 
 }  // namespace attend

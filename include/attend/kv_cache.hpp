@@ -2,6 +2,7 @@
 #pragma once
 
 #include <attend/dtype.hpp>
+#include <attend/export.hpp>
 #include <attend/sdpa.hpp>
 #include <attend/tensor_view.hpp>
 #include <cstddef>
@@ -34,10 +35,14 @@ struct KVCacheConfig {
 /// Appending converts f32 to the storage type (round to nearest even); attention widens back to
 /// f32 as it loads.
 ///
-/// Thread safety: const member functions may run concurrently; anything that modifies a cache
-/// (reset, truncate, a layer appending to it) needs exclusive access to that cache. Different
-/// caches are independent.
-class KVCache {
+/// Thread safety: different caches are independent. A call that modifies a cache (append,
+/// truncate, reset, cached_attention, the layer's forward_cached and set_memory) claims the whole
+/// cache for its duration; a second call that would modify it, or read it (cross_attend), while
+/// it is claimed throws attend::Error with ErrorCode::concurrent_use instead of losing an append —
+/// even when the two calls name different sequences. Calls that only read it (cross_attend) may run
+/// concurrently with each other. config(), length(), remaining() and memory_bytes() read without
+/// claiming: call length()/remaining() of a sequence only while no other thread modifies the cache.
+class ATTEND_API KVCache {
  public:
   /// Allocates (zero-filled) storage. Throws attend::Error for a non-positive size.
   explicit KVCache(const KVCacheConfig& config);
@@ -49,6 +54,8 @@ class KVCache {
 
   /// Tokens stored for `seq` (0 ≤ seq < slots).
   int64_t length(int64_t seq) const;
+  /// Tokens `seq` can still take: capacity − length(seq).
+  int64_t remaining(int64_t seq) const;
   /// Empties `seq`.
   void reset(int64_t seq);
   /// Keeps the first `tokens` tokens of `seq` (0 ≤ tokens ≤ length(seq)): speculative-decode
@@ -59,8 +66,8 @@ class KVCache {
 
   /// Appends `tokens` tokens to `seq` without attending: k and v are f32 views of shape
   /// [1, kv_heads, tokens, head_dim] (any non-negative strides, last dimension contiguous),
-  /// converted to the storage type. Throws attend::Error, changing nothing, on a shape mismatch
-  /// or if the sequence would exceed its capacity.
+  /// converted to the storage type. Throws attend::Error, changing nothing, on a shape mismatch,
+  /// or with ErrorCode::capacity (naming the sequence) if it would exceed its capacity.
   void append(int64_t seq, const TensorView& k, const TensorView& v);
 
  private:
@@ -74,9 +81,11 @@ class KVCache {
 /// o = softmax(q·Kᵀ·scale)·V over everything each slot then holds, causally — new token i sits at
 /// position length_before + i. q and o are [B, Hq, N, D] (strided views allowed, as for
 /// scaled_dot_product_attention). From `options` it honours scale, window, num_threads and isa;
-/// causal is implied; kv_lens and bias are rejected (lengths come from the cache).
-/// Throws attend::Error before changing the cache or o.
-void cached_attention(const TensorView& q, const TensorView& k_new, const TensorView& v_new, KVCache& cache,
-                      std::span<const int64_t> seqs, const TensorView& o, const SdpaOptions& options = {});
+/// causal is implied; kv_lens and bias are rejected (lengths come from the cache); context as for
+/// scaled_dot_product_attention. All or nothing: every check (shapes, negative strides, an output
+/// that is read-only, overlaps q/k_new/v_new or itself, sequence ids, capacity — ErrorCode::capacity
+/// naming the sequence —, a forced ISA, the workspace limit) runs before the cache or o change.
+ATTEND_API void cached_attention(const TensorView& q, const TensorView& k_new, const TensorView& v_new, KVCache& cache,
+                                 std::span<const int64_t> seqs, const TensorView& o, const SdpaOptions& options = {});
 
 }  // namespace attend

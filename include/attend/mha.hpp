@@ -2,7 +2,10 @@
 // fused kernels, optional rotary embedding, and KV-cache prefill/decode.
 #pragma once
 
+#include <attend/context.hpp>
 #include <attend/dtype.hpp>
+#include <attend/export.hpp>
+#include <attend/isa.hpp>
 #include <attend/kv_cache.hpp>
 #include <cstddef>
 #include <cstdint>
@@ -57,24 +60,37 @@ struct MhaWeights {
   const float* o_bias = nullptr;
 };
 
+/// Options of every layer call (forward, forward_cached, set_memory, cross_attend,
+/// attention_weights). A call rejects an option that does not apply to it.
 struct MhaOptions {
-  /// Overrides MhaConfig::causal for this call.
+  /// forward / attention_weights: overrides MhaConfig::causal for this call. forward_cached is
+  /// always causal (false is rejected); cross_attend never is (true is rejected).
   std::optional<bool> causal;
-  /// Per-sequence valid token counts (size = batch, each in [0, tokens]): keys at or past a
-  /// sequence's length are masked (padding). Outputs of padded query positions are computed but
-  /// meaningless. Empty = all tokens valid.
+  /// forward / attention_weights: per-sequence valid token counts (size = batch, each in
+  /// [0, tokens]): keys at or past a sequence's length are masked (padding). Outputs of padded
+  /// query positions are computed but meaningless. Empty = all tokens valid. Other calls reject it.
   std::span<const int64_t> lengths{};
-  /// RoPE position of the first token (positions are first_position + t).
-  int64_t first_position = 0;
-  /// Threads for this call (0 = OpenMP's default).
+  /// RoPE position of the first new token (positions are first_position + t). Default: 0 for
+  /// forward and attention_weights, each sequence's cached length for forward_cached. Must be ≥ 0.
+  std::optional<int64_t> first_position;
+  /// Threads for this call (0 = the context's thread count).
   int num_threads = 0;
+  /// Kernel path of the attention (see SdpaOptions::isa). The projections run on oneDNN's own.
+  Isa isa = Isa::automatic;
+  /// Threads and workspace (activations, projection scratchpads, kernel scratch) come from this
+  /// context; null = Context::default_context().
+  Context* context = nullptr;
 };
 
 /// An immutable attention layer. Every member function is const and safe to call from many
-/// threads at once (each call uses its own scratch; callers give each thread its own KVCache).
-/// Activations are dense row-major f32: x and y are [batch, tokens, d_model].
+/// threads at once (each call takes its own workspace from its context; a KVCache is claimed by
+/// the call that modifies it, see KVCache).
+/// Activations are dense row-major f32: x and y are [batch, tokens, d_model]. Each call has a
+/// pointer form and a std::span form; the span form also checks that x and y hold exactly
+/// batch · tokens · d_model floats. batch = 0 or tokens = 0 is a valid call that computes nothing
+/// (set_memory then empties the sequences, as their whole memory is replaced by none).
 /// Every call validates its arguments first and throws attend::Error without writing anything.
-class MultiHeadAttention {
+class ATTEND_API MultiHeadAttention {
  public:
   MultiHeadAttention(const MhaConfig& config, const MhaWeights& weights);
   ~MultiHeadAttention();
@@ -86,23 +102,32 @@ class MultiHeadAttention {
 
   /// Self-attention over x without a cache. y may not overlap x.
   void forward(const float* x, float* y, int64_t batch, int64_t tokens, const MhaOptions& options = {}) const;
+  void forward(std::span<const float> x, std::span<float> y, int64_t batch, int64_t tokens,
+               const MhaOptions& options = {}) const;
 
   /// Prefill or decode with a cache: projects the `tokens` new tokens of each sequence
   /// `seqs[b]` (distinct slots), appends their K/V (rotated, if RoPE, at positions
-  /// length(seq) + t) to the cache, attends causally over everything cached for that sequence,
-  /// and writes y [batch, tokens, d_model]. Sequences may have different cached lengths.
-  /// Throws attend::Error, leaving the cache unchanged, if any sequence would exceed capacity.
+  /// length(seq) + t unless options.first_position says otherwise) to the cache, attends causally
+  /// over everything cached for that sequence, and writes y [batch, tokens, d_model]. Sequences
+  /// may have different cached lengths. Throws attend::Error, leaving the cache unchanged, if any
+  /// sequence would exceed its capacity (ErrorCode::capacity, naming it).
   void forward_cached(const float* x, float* y, int64_t batch, int64_t tokens, KVCache& cache,
-                      std::span<const int64_t> seqs, int num_threads = 0) const;
+                      std::span<const int64_t> seqs, const MhaOptions& options = {}) const;
+  void forward_cached(std::span<const float> x, std::span<float> y, int64_t batch, int64_t tokens, KVCache& cache,
+                      std::span<const int64_t> seqs, const MhaOptions& options = {}) const;
 
   /// Cross-attention set-up: projects `memory` [batch, tokens, d_model] to K/V (no RoPE) and
   /// stores them as the whole content of slot seqs[b] (replacing what was there).
   void set_memory(const float* memory, int64_t batch, int64_t tokens, KVCache& cache, std::span<const int64_t> seqs,
-                  int num_threads = 0) const;
+                  const MhaOptions& options = {}) const;
+  void set_memory(std::span<const float> memory, int64_t batch, int64_t tokens, KVCache& cache,
+                  std::span<const int64_t> seqs, const MhaOptions& options = {}) const;
 
   /// Cross-attention: Q from x, K/V from the slots filled by set_memory, no mask, no RoPE.
   void cross_attend(const float* x, float* y, int64_t batch, int64_t tokens, const KVCache& cache,
-                    std::span<const int64_t> seqs, int num_threads = 0) const;
+                    std::span<const int64_t> seqs, const MhaOptions& options = {}) const;
+  void cross_attend(std::span<const float> x, std::span<float> y, int64_t batch, int64_t tokens, const KVCache& cache,
+                    std::span<const int64_t> seqs, const MhaOptions& options = {}) const;
 
   /// Attention weights for inspection (a slow, materialising path): the softmax matrix of each
   /// head in `heads` for self-attention over x with forward()'s masks, as
@@ -121,6 +146,7 @@ class MultiHeadAttention {
 /// Adds the original Transformer's fixed sinusoidal position encoding to x [batch, tokens,
 /// d_model] in place: PE(p, 2i) = sin(p / 10000^(2i/d_model)), PE(p, 2i+1) = cos(…), for
 /// positions p = first_position + t.
-void add_sinusoidal_positions(float* x, int64_t batch, int64_t tokens, int64_t d_model, int64_t first_position = 0);
+ATTEND_API void add_sinusoidal_positions(float* x, int64_t batch, int64_t tokens, int64_t d_model,
+                                         int64_t first_position = 0);
 
 }  // namespace attend

@@ -1,6 +1,8 @@
 // attend::scaled_dot_product_attention — fused softmax(Q·Kᵀ·scale + mask)·V on f32 tensors.
 #pragma once
 
+#include <attend/context.hpp>
+#include <attend/export.hpp>
 #include <attend/isa.hpp>
 #include <attend/tensor_view.hpp>
 #include <cstddef>
@@ -34,14 +36,18 @@ struct SdpaOptions {
   /// whose data() is null means "no bias" (the default).
   TensorView bias{};
 
-  /// Maximum number of threads the call uses. 0 = OpenMP's default (omp_get_max_threads()).
-  /// A server calling from several threads of its own should set this to avoid oversubscription.
+  /// Maximum number of threads the call uses. 0 = the context's thread count (see
+  /// ContextConfig::num_threads: by default OpenMP's, shared among the calls in flight).
   /// Results do not depend on it: they are bitwise identical for every thread count.
   int num_threads = 0;
 
   /// Kernel path. `automatic` (default) uses active_isa(); naming a path forces it and throws
   /// attend::Error (ErrorCode::unsupported) if this build or CPU cannot run it.
   Isa isa = Isa::automatic;
+
+  /// Where the call takes its threads (when num_threads is 0) and its workspace from. Null = the
+  /// process-wide Context::default_context(). See attend/context.hpp.
+  Context* context = nullptr;
 };
 
 /// Computes O = softmax(Q·Kᵀ·scale + bias + mask)·V for every batch b and query head h.
@@ -57,15 +63,17 @@ struct SdpaOptions {
 /// Throws attend::Error, before writing anything, when shapes or strides disagree, Hq % Hkv ≠ 0,
 /// a pointer is null, D or Dv is 0, kv_lens has the wrong size or a value outside [0, Nk], the
 /// window is negative, the bias does not broadcast, the output is read-only or overlaps an input
-/// or itself, or a forced ISA is unavailable.
-void scaled_dot_product_attention(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
-                                  const SdpaOptions& options = {});
+/// or itself, or a forced ISA is unavailable; and (ErrorCode::capacity) when the context's
+/// workspace limit cannot hold the call's workspace.
+ATTEND_API void scaled_dot_product_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                                             const TensorView& o, const SdpaOptions& options = {});
 
-/// Extra memory in bytes a call with these shapes and options uses, summed over its threads:
-/// per-thread tile scratch (reused across calls) plus, for decode-shaped calls, the split-K
-/// partial states. Independent of the sequence lengths except through the ≤ 16 key splits.
+/// Workspace in bytes a call with these shapes and options takes from its context, summed over its
+/// threads (each buffer rounded up to whole pages): per-thread tile scratch plus, for decode-shaped
+/// calls, the split-K partial states. Independent of the sequence lengths except through the ≤ 16
+/// key splits. The thread count is the one the call would get now (options, then the context).
 /// Throws attend::Error for shapes scaled_dot_product_attention would reject.
-size_t sdpa_workspace_bytes(const TensorView& q, const TensorView& k, const TensorView& v,
-                            const SdpaOptions& options = {});
+ATTEND_API size_t sdpa_workspace_bytes(const TensorView& q, const TensorView& k, const TensorView& v,
+                                       const SdpaOptions& options = {});
 
 }  // namespace attend

@@ -1,3 +1,4 @@
+#include <atomic>
 #include <attend/error.hpp>
 #include <attend/kv_cache.hpp>
 #include <cmath>
@@ -6,9 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "../dispatch/registry.hpp"
-#include "../exec/attention.hpp"
 #include "../numeric/convert.hpp"
+#include "attention_call.hpp"
 #include "kv_cache_access.hpp"
 
 namespace attend {
@@ -28,6 +28,7 @@ struct KVCache::Impl {
   size_t slot_bytes = 0;      // one slot's K (or V) storage
   std::unique_ptr<unsigned char[]> keys, values;
   std::vector<int64_t> lengths;
+  mutable std::atomic<int> use{0};  // detail::CacheUse: > 0 readers, −1 a modifier
 };
 
 namespace {
@@ -64,7 +65,10 @@ int64_t KVCache::length(int64_t seq) const {
 
 void KVCache::reset(int64_t seq) { truncate(seq, 0); }
 
+int64_t KVCache::remaining(int64_t seq) const { return impl_->config.capacity - length(seq); }
+
 void KVCache::truncate(int64_t seq, int64_t tokens) {
+  const detail::CacheUse use(*this, true, "KVCache::truncate");
   const int64_t len = length(seq);
   if (tokens < 0 || tokens > len)
     fail("truncate(" + std::to_string(seq) + ", " + std::to_string(tokens) + "): length is " + std::to_string(len));
@@ -98,11 +102,12 @@ void check_new_kv(const char* who, const KVCacheConfig& c, const TensorView& k, 
 }  // namespace
 
 void KVCache::append(int64_t seq, const TensorView& k, const TensorView& v) {
+  const detail::CacheUse use(*this, true, "KVCache::append");
   check_new_kv("KVCache::append", impl_->config, k, v, 1);
-  const int64_t len = length(seq), n = k.dim(2);
-  if (len + n > impl_->config.capacity)
-    fail("append: sequence " + std::to_string(seq) + " holds " + std::to_string(len) + " tokens; " + std::to_string(n) +
-         " more exceed its capacity " + std::to_string(impl_->config.capacity));
+  const int64_t seqs[1] = {seq};
+  const int64_t len = detail::check_cache_batch("KVCache::append", *this, seqs, 1, k.dim(2), impl_->config.kv_heads,
+                                                impl_->config.head_dim)[0];
+  const int64_t n = k.dim(2);
   for (int64_t h = 0; h < impl_->config.kv_heads; ++h)
     for (int64_t t = 0; t < n; ++t)
       detail::KVCacheAccess::store(*this, seq, h, len + t, k.data() + h * k.stride(1) + t * k.stride(2),
@@ -112,66 +117,26 @@ void KVCache::append(int64_t seq, const TensorView& k, const TensorView& v) {
 
 void cached_attention(const TensorView& q, const TensorView& k_new, const TensorView& v_new, KVCache& cache,
                       std::span<const int64_t> seqs, const TensorView& o, const SdpaOptions& opt) {
-  const KVCacheConfig& c = cache.config();
-  const int64_t B = q.dim(0), Hq = q.dim(1), N = q.dim(2), D = q.dim(3);
-  check_new_kv("cached_attention", c, k_new, v_new, B);
-  if (D != c.head_dim || k_new.dim(2) != N)
-    fail("cached_attention: q " + dims(q) + " does not match k_new " + dims(k_new));
-  if (o.dim(0) != B || o.dim(1) != Hq || o.dim(2) != N || o.dim(3) != D)
-    fail("cached_attention: o " + dims(o) + " must match q " + dims(q));
-  if (Hq <= 0 || Hq % c.kv_heads != 0) fail("cached_attention: q heads must be a positive multiple of kv heads");
-  if (!q.data() || !o.mutable_data()) fail("cached_attention: null or read-only q/o");
-  if (q.stride(3) != 1 || o.stride(3) != 1) fail("cached_attention: q/o last dimension must be contiguous");
-  if (!opt.kv_lens.empty() || opt.bias.data()) fail("cached_attention: kv_lens and bias are not supported");
-  if (opt.window < 0 || opt.num_threads < 0 || !std::isfinite(opt.scale)) fail("cached_attention: bad options");
-  if (static_cast<int64_t>(seqs.size()) != B) fail("cached_attention: seqs must have B entries");
-  std::vector<int64_t> start(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) {
-    const int64_t seq = seqs[static_cast<size_t>(b)];
-    start[static_cast<size_t>(b)] = cache.length(seq);
-    for (int64_t j = 0; j < b; ++j)
-      if (seqs[static_cast<size_t>(j)] == seq) fail("cached_attention: sequence id appears twice");
-    if (start[static_cast<size_t>(b)] + N > c.capacity)
-      fail("cached_attention: sequence " + std::to_string(seq) + " would exceed its capacity " +
-           std::to_string(c.capacity));
-  }
-  const kernels::KernelTable& table = dispatch::kernel_table_for(opt.isa);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < c.kv_heads; ++h)
-      for (int64_t t = 0; t < N; ++t)
-        detail::KVCacheAccess::store(cache, seqs[static_cast<size_t>(b)], h, start[static_cast<size_t>(b)] + t,
-                                     k_new.data() + b * k_new.stride(0) + h * k_new.stride(1) + t * k_new.stride(2),
-                                     v_new.data() + b * v_new.stride(0) + h * v_new.stride(1) + t * v_new.stride(2));
-  for (int64_t b = 0; b < B; ++b)
-    detail::KVCacheAccess::set_length(cache, seqs[static_cast<size_t>(b)], start[static_cast<size_t>(b)] + N);
-
-  exec::Problem p;
-  p.batch = B;
-  p.q_heads = Hq;
-  p.kv_heads = c.kv_heads;
-  p.num_queries = N;
-  p.head_dim = p.value_dim = D;
-  p.q_head_stride = q.stride(1);
-  p.q_row_stride = q.stride(2);
-  p.o_head_stride = o.stride(1);
-  p.o_row_stride = o.stride(2);
-  p.k_head_stride = p.v_head_stride = detail::KVCacheAccess::head_stride(cache);
-  p.k_row_stride = p.v_row_stride = D;
-  p.k_blocked = true;
-  p.kv_type = detail::KVCacheAccess::kv_type(cache);
-  p.causal = true;
-  p.window = opt.window;
-  p.scale = opt.scale != 0.0f ? opt.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
-  p.entries.resize(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) {
-    exec::BatchEntry& e = p.entries[static_cast<size_t>(b)];
-    e.q = q.data() + b * q.stride(0);
-    e.o = o.mutable_data() + b * o.stride(0);
-    e.k = detail::KVCacheAccess::keys(cache, seqs[static_cast<size_t>(b)]);
-    e.v = detail::KVCacheAccess::values(cache, seqs[static_cast<size_t>(b)]);
-    e.num_keys = e.valid_keys = start[static_cast<size_t>(b)] + N;
-  }
-  exec::run_attention(p, table, opt.num_threads);
+  if (!opt.kv_lens.empty() || opt.bias.data())
+    throw Error(ErrorCode::invalid_argument,
+                "cached_attention: kv_lens and bias are not supported (lengths come "
+                "from the cache)");
+  detail::AttentionCall c;
+  c.who = "cached_attention";
+  c.q = q;
+  c.k = k_new;
+  c.v = v_new;
+  c.o = o;
+  c.cache = &cache;
+  c.seqs = seqs;
+  c.append = true;
+  c.scale = opt.scale;
+  c.causal = true;
+  c.window = opt.window;
+  c.num_threads = opt.num_threads;
+  c.isa = opt.isa;
+  c.context = opt.context;
+  detail::run(c);
 }
 
 namespace detail {
@@ -192,6 +157,8 @@ const void* KVCacheAccess::keys(const KVCache& c, int64_t seq) {
 const void* KVCacheAccess::values(const KVCache& c, int64_t seq) {
   return c.impl_->values.get() + c.impl_->slot_bytes * seq;
 }
+int64_t KVCacheAccess::length(const KVCache& c, int64_t seq) { return c.impl_->lengths[static_cast<size_t>(seq)]; }
+std::atomic<int>& KVCacheAccess::use_state(const KVCache& c) { return c.impl_->use; }
 void KVCacheAccess::set_length(KVCache& c, int64_t seq, int64_t length) {
   c.impl_->lengths[static_cast<size_t>(seq)] = length;
 }

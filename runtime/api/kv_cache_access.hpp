@@ -1,6 +1,7 @@
 // The layer's view of a KVCache's storage (runtime-internal).
 #pragma once
 
+#include <atomic>
 #include <attend/kv_cache.hpp>
 #include <cstdint>
 
@@ -19,6 +20,10 @@ struct KVCacheAccess {
   static const void* keys(const KVCache& c, int64_t seq);
   static const void* values(const KVCache& c, int64_t seq);
   static void set_length(KVCache& c, int64_t seq, int64_t length);
+  /// Tokens of `seq` (no range check: callers validated).
+  static int64_t length(const KVCache& c, int64_t seq);
+  /// The cache's use marker (detail::CacheUse).
+  static std::atomic<int>& use_state(const KVCache& c);
   /// Writes one token's K and V rows (head_dim f32 each) of kv head `head` at `pos`, converted to
   /// the storage type. No checks: callers validated.
   static void store(KVCache& c, int64_t seq, int64_t head, int64_t pos, const float* k, const float* v);

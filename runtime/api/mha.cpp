@@ -10,9 +10,8 @@
 #include <vector>
 
 #include "../dispatch/registry.hpp"
-#include "../exec/attention.hpp"
 #include "../gemm/onednn_matmul.hpp"
-#include "../parallel/scheduler.hpp"
+#include "attention_call.hpp"
 #include "kv_cache_access.hpp"
 
 namespace attend {
@@ -73,26 +72,57 @@ struct MultiHeadAttention::Impl {
     return cfg.weight_dtype == DType::bf16 ? gemm::WeightType::bf16 : gemm::WeightType::f32;
   }
 
-  // Projects m rows of x. want_q / want_kv say which parts the caller needs (a fused layer computes
-  // all of them in one GEMM regardless).
-  Projected project(const float* x, int64_t m, bool want_q, bool want_kv, int threads) const {
-    Projected p;
+  // Workspace of projecting m rows (want_q / want_kv: which parts the caller needs; a fused layer
+  // computes all of them in one GEMM regardless) and, with `out`, of the output projection.
+  void add_projection_needs(int64_t m, bool want_q, bool want_kv, bool out, detail::Needs& n) const {
+    n[detail::Slot::projection] += static_cast<size_t>(m * (q_out + 2 * kv_out));
+    size_t g = 0;
+    if (qkv) g = std::max(g, qkv->scratch_floats(m));
+    if (q && want_q) g = std::max(g, q->scratch_floats(m));
+    if (kv && want_kv) g = std::max(g, kv->scratch_floats(m));
+    if (out) {
+      g = std::max(g, o->scratch_floats(m));
+      n[detail::Slot::attention_out] += static_cast<size_t>(m * q_out);
+    }
+    n[detail::Slot::gemm_scratch] = std::max(n[detail::Slot::gemm_scratch], g);
+  }
+
+  // Where the projection of m rows lands in the lease's buffer (filled by project()).
+  Projected projected(const detail::Lease& lease, int64_t m) const {
+    float* buf = lease.get(detail::Slot::projection);
     if (qkv) {
       const int64_t c = q_out + 2 * kv_out;
-      float* buf = parallel::thread_buffer(static_cast<size_t>(m * c), 3);
-      qkv->run(x, buf, m, threads);
-      p = {buf, buf + q_out, buf + q_out + kv_out, c, c};
-      return p;
+      return {buf, buf + q_out, buf + q_out + kv_out, c, c};
     }
-    float* buf = parallel::thread_buffer(static_cast<size_t>(m * (q_out + 2 * kv_out)), 3);
+    Projected p;
     p.q = buf;
     p.ldq = q_out;
     p.k = buf + m * q_out;
     p.v = p.k + kv_out;
     p.ldkv = 2 * kv_out;
-    if (want_q) q->run(x, p.q, m, threads);
-    if (want_kv) kv->run(x, p.k, m, threads);
     return p;
+  }
+
+  void project(const float* x, int64_t m, bool want_q, bool want_kv, const Projected& p,
+               const detail::Lease& lease) const {
+    float* scratch = lease.get(detail::Slot::gemm_scratch);
+    if (qkv) return qkv->run(x, p.q, m, lease.threads(), scratch);
+    if (want_q) q->run(x, p.q, m, lease.threads(), scratch);
+    if (want_kv) kv->run(x, p.k, m, lease.threads(), scratch);
+  }
+
+  // Views of the projection rows as [batch, heads, tokens, hd] (no copies).
+  TensorView q_view(const Projected& p, int64_t batch, int64_t tokens) const {
+    return TensorView(static_cast<const float*>(p.q), {batch, hq, tokens, hd}, {tokens * p.ldq, hd, p.ldq, 1});
+  }
+  TensorView k_view(const Projected& p, int64_t batch, int64_t tokens) const {
+    return TensorView(static_cast<const float*>(p.k), {batch, hkv, tokens, hd}, {tokens * p.ldkv, hd, p.ldkv, 1});
+  }
+  TensorView v_view(const Projected& p, int64_t batch, int64_t tokens) const {
+    return TensorView(static_cast<const float*>(p.v), {batch, hkv, tokens, hd}, {tokens * p.ldkv, hd, p.ldkv, 1});
+  }
+  TensorView o_view(float* attn, int64_t batch, int64_t tokens) const {
+    return TensorView(attn, {batch, hq, tokens, hd}, {tokens * q_out, hd, q_out, 1});
   }
 
   // Rotates `heads` heads of each row in place: row (b, t) at rows + (b*tokens + t)*ld, position
@@ -122,22 +152,6 @@ struct MultiHeadAttention::Impl {
       }
   }
 
-  exec::Problem problem(int64_t batch, int64_t tokens) const {
-    exec::Problem p;
-    p.batch = batch;
-    p.q_heads = hq;
-    p.kv_heads = hkv;
-    p.num_queries = tokens;
-    p.head_dim = hd;
-    p.value_dim = hd;
-    p.q_head_stride = hd;
-    p.o_head_stride = hd;
-    p.o_row_stride = q_out;
-    p.scale = scale;
-    p.entries.resize(static_cast<size_t>(batch));
-    return p;
-  }
-
   void check_io(const char* name, const float* x, const float* y, int64_t batch, int64_t tokens) const {
     if (batch < 0 || tokens < 0) fail(std::string(name) + ": batch and tokens must be >= 0");
     if (batch * tokens == 0) return;
@@ -146,23 +160,51 @@ struct MultiHeadAttention::Impl {
     if (x < y + n && y < x + n) fail(std::string(name) + ": output overlaps input");
   }
 
-  void check_seqs(const char* name, const KVCache& cache, std::span<const int64_t> seqs, int64_t batch) const {
-    const KVCacheConfig& c = cache.config();
-    if (c.kv_heads != hkv || c.head_dim != hd)
-      fail(std::string(name) + ": cache has " + str(c.kv_heads) + " kv heads of dim " + str(c.head_dim) +
-           ", layer has " + str(hkv) + " of dim " + str(hd));
-    if (static_cast<int64_t>(seqs.size()) != batch)
-      fail(std::string(name) + ": " + str(static_cast<int64_t>(seqs.size())) + " sequence ids for batch " + str(batch));
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      if (seqs[i] < 0 || seqs[i] >= c.slots)
-        fail(std::string(name) + ": sequence id " + str(seqs[i]) + " outside [0, " + str(c.slots) + ")");
-      for (size_t j = 0; j < i; ++j)
-        if (seqs[j] == seqs[i]) fail(std::string(name) + ": sequence id " + str(seqs[i]) + " appears twice");
+  // The span forms: the buffers must hold exactly batch · tokens · d_model floats.
+  void check_sizes(const char* name, size_t x_size, size_t y_size, int64_t batch, int64_t tokens,
+                   bool has_y = true) const {
+    if (batch < 0 || tokens < 0) fail(std::string(name) + ": batch and tokens must be >= 0");
+    const size_t n = static_cast<size_t>(batch * tokens * dm);
+    if (x_size != n || (has_y && y_size != n))
+      fail(std::string(name) + ": x and y must hold batch · tokens · d_model = " + std::to_string(n) + " floats, got " +
+           std::to_string(x_size) + (has_y ? " and " + std::to_string(y_size) : std::string()));
+  }
+
+  // The options a call accepts; the rest must be left at their defaults.
+  struct Accepts {
+    bool causal = false, lengths = false, first_position = false;
+  };
+  void check_options(const char* name, const MhaOptions& opt, Accepts a, int64_t batch, int64_t tokens) const {
+    if (opt.num_threads < 0) fail(std::string(name) + ": num_threads must be >= 0");
+    if (opt.causal && !a.causal) fail(std::string(name) + ": the causal option does not apply to this call");
+    if (!opt.lengths.empty() && !a.lengths) fail(std::string(name) + ": lengths do not apply to this call");
+    if (opt.first_position && !a.first_position)
+      fail(std::string(name) + ": first_position does not apply to this call");
+    if (opt.first_position && *opt.first_position < 0) fail(std::string(name) + ": first_position must be >= 0");
+    if (!opt.lengths.empty()) {
+      if (static_cast<int64_t>(opt.lengths.size()) != batch)
+        fail(std::string(name) + ": lengths has " + str(static_cast<int64_t>(opt.lengths.size())) +
+             " entries for batch " + str(batch));
+      for (int64_t len : opt.lengths)
+        if (len < 0 || len > tokens)
+          fail(std::string(name) + ": length " + str(len) + " outside [0, " + str(tokens) + "]");
     }
   }
 
+  detail::AttentionCall call(const char* who, const MhaOptions& opt) const {
+    detail::AttentionCall c;
+    c.who = who;
+    c.scale = scale;
+    c.num_threads = opt.num_threads;
+    c.isa = opt.isa;
+    c.context = opt.context;
+    return c;
+  }
+
   // Attention output rows → y through W_O.
-  void output(const float* attn, float* y, int64_t m, int threads) const { o->run(attn, y, m, threads); }
+  void output(const float* attn, float* y, int64_t m, const detail::Lease& lease) const {
+    o->run(attn, y, m, lease.threads(), lease.get(detail::Slot::gemm_scratch));
+  }
 
   // Stores `tokens` K/V rows of each sequence as the start of its slot (cross-attention memory).
   void store_kv(KVCache& cache, std::span<const int64_t> seqs, const Projected& p, int64_t batch,
@@ -174,21 +216,6 @@ struct MultiHeadAttention::Impl {
         for (int64_t h = 0; h < hkv; ++h)
           detail::KVCacheAccess::store(cache, seqs[static_cast<size_t>(b)], h, t, krow + h * hd, vrow + h * hd);
       }
-  }
-
-  // Fills the entries' K/V with the slots' whole contents.
-  void cache_entries(exec::Problem& p, const KVCache& cache, std::span<const int64_t> seqs) const {
-    p.kv_type = detail::KVCacheAccess::kv_type(cache);
-    p.k_head_stride = p.v_head_stride = detail::KVCacheAccess::head_stride(cache);
-    p.k_row_stride = p.v_row_stride = hd;
-    p.k_blocked = true;
-    for (int64_t b = 0; b < p.batch; ++b) {
-      const int64_t seq = seqs[static_cast<size_t>(b)];
-      exec::BatchEntry& e = p.entries[static_cast<size_t>(b)];
-      e.k = detail::KVCacheAccess::keys(cache, seq);
-      e.v = detail::KVCacheAccess::values(cache, seq);
-      e.num_keys = e.valid_keys = cache.length(seq);
-    }
   }
 };
 
@@ -259,134 +286,193 @@ size_t MultiHeadAttention::weight_bytes() const {
 
 void MultiHeadAttention::forward(const float* x, float* y, int64_t batch, int64_t tokens, const MhaOptions& opt) const {
   const Impl& s = *impl_;
-  s.check_io("forward", x, y, batch, tokens);
-  if (!opt.lengths.empty()) {
-    if (static_cast<int64_t>(opt.lengths.size()) != batch)
-      fail("forward: lengths has " + str(static_cast<int64_t>(opt.lengths.size())) + " entries for batch " +
-           str(batch));
-    for (int64_t len : opt.lengths)
-      if (len < 0 || len > tokens) fail("forward: length " + str(len) + " outside [0, " + str(tokens) + "]");
-  }
-  if (opt.num_threads < 0) fail("forward: num_threads must be >= 0");
-  const kernels::KernelTable& table = dispatch::kernel_table_for(Isa::automatic);
+  const char* who = "MultiHeadAttention::forward";
+  s.check_io(who, x, y, batch, tokens);
+  s.check_options(who, opt, {.causal = true, .lengths = true, .first_position = true}, batch, tokens);
+  const kernels::KernelTable& table = dispatch::kernel_table_for(opt.isa);
   if (batch * tokens == 0) return;
   const int64_t m = batch * tokens;
-  const Projected p = s.project(x, m, true, true, opt.num_threads);
+  detail::Lease lease(opt.context, opt.num_threads);
+  detail::Needs needs;
+  s.add_projection_needs(m, true, true, true, needs);
+  exec::add_attention_needs(table, batch, s.hq, s.hkv, tokens, tokens, s.hd, s.hd, lease.threads(), needs);
+  lease.reserve(needs, who);
+
+  const Projected p = s.projected(lease, m);
+  float* attn = lease.get(detail::Slot::attention_out);
+  detail::AttentionCall c = s.call(who, opt);
+  c.q = s.q_view(p, batch, tokens);
+  c.k = s.k_view(p, batch, tokens);
+  c.v = s.v_view(p, batch, tokens);
+  c.o = s.o_view(attn, batch, tokens);
+  c.causal = opt.causal.value_or(s.cfg.causal);
+  c.kv_lens = opt.lengths;
+  const detail::Checked checked = detail::validate(c);
+
+  s.project(x, m, true, true, p, lease);
   if (s.cfg.rope) {
-    auto pos = [&](int64_t, int64_t t) { return opt.first_position + t; };
+    const int64_t first = opt.first_position.value_or(0);
+    auto pos = [&](int64_t, int64_t t) { return first + t; };
     s.rope(p.q, p.ldq, s.hq, batch, tokens, pos);
     s.rope(p.k, p.ldkv, s.hkv, batch, tokens, pos);
   }
-  float* attn = parallel::thread_buffer(static_cast<size_t>(m * s.q_out), 4);
-  exec::Problem pr = s.problem(batch, tokens);
-  pr.q_row_stride = p.ldq;
-  pr.k_head_stride = pr.v_head_stride = s.hd;
-  pr.k_row_stride = pr.v_row_stride = p.ldkv;
-  pr.causal = opt.causal.value_or(s.cfg.causal);
-  for (int64_t b = 0; b < batch; ++b) {
-    exec::BatchEntry& e = pr.entries[static_cast<size_t>(b)];
-    e.q = p.q + b * tokens * p.ldq;
-    e.k = p.k + b * tokens * p.ldkv;
-    e.v = p.v + b * tokens * p.ldkv;
-    e.o = attn + b * tokens * s.q_out;
-    e.num_keys = tokens;
-    e.valid_keys = opt.lengths.empty() ? tokens : opt.lengths[static_cast<size_t>(b)];
-  }
-  exec::run_attention(pr, table, opt.num_threads);
-  s.output(attn, y, m, opt.num_threads);
+  detail::execute(c, checked, table, lease);
+  s.output(attn, y, m, lease);
+}
+
+void MultiHeadAttention::forward(std::span<const float> x, std::span<float> y, int64_t batch, int64_t tokens,
+                                 const MhaOptions& opt) const {
+  impl_->check_sizes("MultiHeadAttention::forward", x.size(), y.size(), batch, tokens);
+  forward(x.data(), y.data(), batch, tokens, opt);
 }
 
 void MultiHeadAttention::forward_cached(const float* x, float* y, int64_t batch, int64_t tokens, KVCache& cache,
-                                        std::span<const int64_t> seqs, int num_threads) const {
+                                        std::span<const int64_t> seqs, const MhaOptions& opt) const {
   const Impl& s = *impl_;
-  s.check_io("forward_cached", x, y, batch, tokens);
-  s.check_seqs("forward_cached", cache, seqs, batch);
-  if (num_threads < 0) fail("forward_cached: num_threads must be >= 0");
-  std::vector<int64_t> start(static_cast<size_t>(batch));
-  for (int64_t b = 0; b < batch; ++b) {
-    const int64_t seq = seqs[static_cast<size_t>(b)];
-    start[static_cast<size_t>(b)] = cache.length(seq);
-    if (start[static_cast<size_t>(b)] + tokens > cache.config().capacity)
-      fail("forward_cached: sequence " + str(seq) + " holds " + str(start[static_cast<size_t>(b)]) + " tokens; " +
-           str(tokens) + " more exceed its capacity " + str(cache.config().capacity));
-  }
+  const char* who = "MultiHeadAttention::forward_cached";
+  s.check_io(who, x, y, batch, tokens);
+  s.check_options(who, opt, {.causal = true, .lengths = false, .first_position = true}, batch, tokens);
+  if (opt.causal && !*opt.causal) fail(std::string(who) + ": attention over a cache is causal (causal = false given)");
+  const detail::CacheUse use(cache, true, who);
+  const std::vector<int64_t> start = detail::check_cache_batch(who, cache, seqs, batch, tokens, s.hkv, s.hd);
+  const kernels::KernelTable& table = dispatch::kernel_table_for(opt.isa);
   if (batch * tokens == 0) return;
   const int64_t m = batch * tokens;
-  const Projected p = s.project(x, m, true, true, num_threads);
+  detail::Lease lease(opt.context, opt.num_threads);
+  detail::Needs needs;
+  s.add_projection_needs(m, true, true, true, needs);
+  const int64_t max_keys = *std::max_element(start.begin(), start.end()) + tokens;
+  exec::add_attention_needs(table, batch, s.hq, s.hkv, tokens, max_keys, s.hd, s.hd, lease.threads(), needs);
+  lease.reserve(needs, who);
+
+  // Append and attend through the one attention path, reading Q, K and V straight out of the
+  // projection rows through strided views.
+  const Projected p = s.projected(lease, m);
+  float* attn = lease.get(detail::Slot::attention_out);
+  detail::AttentionCall c = s.call(who, opt);
+  c.q = s.q_view(p, batch, tokens);
+  c.k = s.k_view(p, batch, tokens);
+  c.v = s.v_view(p, batch, tokens);
+  c.o = s.o_view(attn, batch, tokens);
+  c.cache = &cache;
+  c.seqs = seqs;
+  c.append = true;
+  c.causal = true;
+  const detail::Checked checked = detail::validate(c);
+
+  s.project(x, m, true, true, p, lease);
   if (s.cfg.rope) {
-    auto pos = [&](int64_t b, int64_t t) { return start[static_cast<size_t>(b)] + t; };
+    auto pos = [&](int64_t b, int64_t t) {
+      return (opt.first_position ? *opt.first_position : start[static_cast<size_t>(b)]) + t;
+    };
     s.rope(p.q, p.ldq, s.hq, batch, tokens, pos);
     s.rope(p.k, p.ldkv, s.hkv, batch, tokens, pos);
   }
-  // Append and attend through the public cache entry point, reading Q, K and V straight out of the
-  // projection rows through strided views (it re-validates, then changes the cache).
-  float* attn = parallel::thread_buffer(static_cast<size_t>(m * s.q_out), 4);
-  const TensorView::Dims qs{tokens * p.ldq, s.hd, p.ldq, 1}, kvs{tokens * p.ldkv, s.hd, p.ldkv, 1};
-  SdpaOptions opt;
-  opt.num_threads = num_threads;
-  cached_attention(TensorView(static_cast<const float*>(p.q), {batch, s.hq, tokens, s.hd}, qs),
-                   TensorView(static_cast<const float*>(p.k), {batch, s.hkv, tokens, s.hd}, kvs),
-                   TensorView(static_cast<const float*>(p.v), {batch, s.hkv, tokens, s.hd}, kvs), cache, seqs,
-                   TensorView(attn, {batch, s.hq, tokens, s.hd}, {tokens * s.q_out, s.hd, s.q_out, 1}), opt);
-  s.output(attn, y, m, num_threads);
+  detail::execute(c, checked, table, lease);
+  s.output(attn, y, m, lease);
+}
+
+void MultiHeadAttention::forward_cached(std::span<const float> x, std::span<float> y, int64_t batch, int64_t tokens,
+                                        KVCache& cache, std::span<const int64_t> seqs, const MhaOptions& opt) const {
+  impl_->check_sizes("MultiHeadAttention::forward_cached", x.size(), y.size(), batch, tokens);
+  forward_cached(x.data(), y.data(), batch, tokens, cache, seqs, opt);
 }
 
 void MultiHeadAttention::set_memory(const float* memory, int64_t batch, int64_t tokens, KVCache& cache,
-                                    std::span<const int64_t> seqs, int num_threads) const {
+                                    std::span<const int64_t> seqs, const MhaOptions& opt) const {
   const Impl& s = *impl_;
-  if (batch < 0 || tokens < 0) fail("set_memory: batch and tokens must be >= 0");
-  if (batch * tokens > 0 && !memory) fail("set_memory: null memory");
-  s.check_seqs("set_memory", cache, seqs, batch);
+  const char* who = "MultiHeadAttention::set_memory";
+  if (batch < 0 || tokens < 0) fail(std::string(who) + ": batch and tokens must be >= 0");
+  if (batch * tokens > 0 && !memory) fail(std::string(who) + ": null memory");
+  s.check_options(who, opt, {}, batch, tokens);
+  const detail::CacheUse use(cache, true, who);
+  detail::check_cache_batch(who, cache, seqs, batch, 0, s.hkv, s.hd);
   if (tokens > cache.config().capacity)
-    fail("set_memory: " + str(tokens) + " memory tokens exceed the cache capacity " + str(cache.config().capacity));
-  if (num_threads < 0) fail("set_memory: num_threads must be >= 0");
+    throw Error(ErrorCode::capacity, std::string(who) + ": " + str(tokens) +
+                                         " memory tokens exceed the cache capacity " + str(cache.config().capacity));
   if (batch * tokens > 0) {
-    const Projected p = s.project(memory, batch * tokens, false, true, num_threads);
+    const int64_t m = batch * tokens;
+    detail::Lease lease(opt.context, opt.num_threads);
+    detail::Needs needs;
+    s.add_projection_needs(m, false, true, false, needs);
+    lease.reserve(needs, who);
+    const Projected p = s.projected(lease, m);
+    s.project(memory, m, false, true, p, lease);
     s.store_kv(cache, seqs, p, batch, tokens);
   }
   for (int64_t b = 0; b < batch; ++b) detail::KVCacheAccess::set_length(cache, seqs[static_cast<size_t>(b)], tokens);
 }
 
+void MultiHeadAttention::set_memory(std::span<const float> memory, int64_t batch, int64_t tokens, KVCache& cache,
+                                    std::span<const int64_t> seqs, const MhaOptions& opt) const {
+  impl_->check_sizes("MultiHeadAttention::set_memory", memory.size(), 0, batch, tokens, false);
+  set_memory(memory.data(), batch, tokens, cache, seqs, opt);
+}
+
 void MultiHeadAttention::cross_attend(const float* x, float* y, int64_t batch, int64_t tokens, const KVCache& cache,
-                                      std::span<const int64_t> seqs, int num_threads) const {
+                                      std::span<const int64_t> seqs, const MhaOptions& opt) const {
   const Impl& s = *impl_;
-  s.check_io("cross_attend", x, y, batch, tokens);
-  s.check_seqs("cross_attend", cache, seqs, batch);
-  if (num_threads < 0) fail("cross_attend: num_threads must be >= 0");
-  const kernels::KernelTable& table = dispatch::kernel_table_for(Isa::automatic);
+  const char* who = "MultiHeadAttention::cross_attend";
+  s.check_io(who, x, y, batch, tokens);
+  s.check_options(who, opt, {}, batch, tokens);
+  const detail::CacheUse use(cache, false, who);
+  const std::vector<int64_t> held = detail::check_cache_batch(who, cache, seqs, batch, 0, s.hkv, s.hd);
+  const kernels::KernelTable& table = dispatch::kernel_table_for(opt.isa);
   if (batch * tokens == 0) return;
   const int64_t m = batch * tokens;
-  const Projected p = s.project(x, m, true, false, num_threads);
-  float* attn = parallel::thread_buffer(static_cast<size_t>(m * s.q_out), 4);
-  exec::Problem pr = s.problem(batch, tokens);
-  pr.q_row_stride = p.ldq;
-  pr.causal = false;
-  s.cache_entries(pr, cache, seqs);
-  for (int64_t b = 0; b < batch; ++b) {
-    pr.entries[static_cast<size_t>(b)].q = p.q + b * tokens * p.ldq;
-    pr.entries[static_cast<size_t>(b)].o = attn + b * tokens * s.q_out;
-  }
-  exec::run_attention(pr, table, num_threads);
-  s.output(attn, y, m, num_threads);
+  detail::Lease lease(opt.context, opt.num_threads);
+  detail::Needs needs;
+  s.add_projection_needs(m, true, false, true, needs);
+  const int64_t max_keys = *std::max_element(held.begin(), held.end());
+  exec::add_attention_needs(table, batch, s.hq, s.hkv, tokens, max_keys, s.hd, s.hd, lease.threads(), needs);
+  lease.reserve(needs, who);
+
+  const Projected p = s.projected(lease, m);
+  float* attn = lease.get(detail::Slot::attention_out);
+  detail::AttentionCall c = s.call(who, opt);
+  c.q = s.q_view(p, batch, tokens);
+  // No new tokens: K/V come from the cache only.
+  c.k = c.v = TensorView(static_cast<const float*>(nullptr), {batch, s.hkv, 0, s.hd}, {0, 0, 0, 1});
+  c.o = s.o_view(attn, batch, tokens);
+  c.cache = const_cast<KVCache*>(&cache);  // read only: append is false
+  c.seqs = seqs;
+  c.append = false;
+  c.causal = false;
+  const detail::Checked checked = detail::validate(c);
+
+  s.project(x, m, true, false, p, lease);
+  detail::execute(c, checked, table, lease);
+  s.output(attn, y, m, lease);
+}
+
+void MultiHeadAttention::cross_attend(std::span<const float> x, std::span<float> y, int64_t batch, int64_t tokens,
+                                      const KVCache& cache, std::span<const int64_t> seqs,
+                                      const MhaOptions& opt) const {
+  impl_->check_sizes("MultiHeadAttention::cross_attend", x.size(), y.size(), batch, tokens);
+  cross_attend(x.data(), y.data(), batch, tokens, cache, seqs, opt);
 }
 
 std::vector<float> MultiHeadAttention::attention_weights(const float* x, int64_t batch, int64_t tokens,
                                                          std::span<const int64_t> heads, const MhaOptions& opt) const {
   const Impl& s = *impl_;
-  if (batch < 0 || tokens < 0) fail("attention_weights: batch and tokens must be >= 0");
-  if (batch * tokens > 0 && !x) fail("attention_weights: null input");
+  const char* who = "MultiHeadAttention::attention_weights";
+  if (batch < 0 || tokens < 0) fail(std::string(who) + ": batch and tokens must be >= 0");
+  if (batch * tokens > 0 && !x) fail(std::string(who) + ": null input");
   for (int64_t h : heads)
-    if (h < 0 || h >= s.hq) fail("attention_weights: head " + str(h) + " outside [0, " + str(s.hq) + ")");
-  if (!opt.lengths.empty() && static_cast<int64_t>(opt.lengths.size()) != batch)
-    fail("attention_weights: lengths has the wrong size");
-  for (int64_t len : opt.lengths)
-    if (len < 0 || len > tokens) fail("attention_weights: length " + str(len) + " outside [0, " + str(tokens) + "]");
+    if (h < 0 || h >= s.hq) fail(std::string(who) + ": head " + str(h) + " outside [0, " + str(s.hq) + ")");
+  s.check_options(who, opt, {.causal = true, .lengths = true, .first_position = true}, batch, tokens);
   const int64_t nh = static_cast<int64_t>(heads.size());
   std::vector<float> out(static_cast<size_t>(batch * nh * tokens * tokens), 0.0f);
   if (batch * tokens == 0 || nh == 0) return out;
-  const Projected p = s.project(x, batch * tokens, true, true, opt.num_threads);
+  detail::Lease lease(opt.context, opt.num_threads);
+  detail::Needs needs;
+  s.add_projection_needs(batch * tokens, true, true, false, needs);
+  lease.reserve(needs, who);
+  const Projected p = s.projected(lease, batch * tokens);
+  s.project(x, batch * tokens, true, true, p, lease);
   if (s.cfg.rope) {
-    auto pos = [&](int64_t, int64_t t) { return opt.first_position + t; };
+    const int64_t first = opt.first_position.value_or(0);
+    auto pos = [&](int64_t, int64_t t) { return first + t; };
     s.rope(p.q, p.ldq, s.hq, batch, tokens, pos);
     s.rope(p.k, p.ldkv, s.hkv, batch, tokens, pos);
   }

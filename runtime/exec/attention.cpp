@@ -9,31 +9,48 @@
 
 namespace attend::exec {
 
-size_t attention_workspace_bytes(const kernels::KernelTable& table, int64_t batch, int64_t q_heads, int64_t kv_heads,
-                                 int64_t num_queries, int64_t max_keys, int64_t head_dim, int64_t value_dim,
-                                 int threads) {
-  const plan::AttentionPlan p =
-      plan::make_plan(table, batch, q_heads, kv_heads, num_queries, max_keys, head_dim, value_dim);
-  const int64_t t = std::min<int64_t>(parallel::resolve_threads(threads), std::max<int64_t>(1, p.items()));
-  return sizeof(float) * (static_cast<size_t>(t) * p.scratch_floats + p.partial_floats());
-}
-
-void run_attention(const Problem& pr, const kernels::KernelTable& table, int threads) {
-  if (pr.batch == 0 || pr.q_heads == 0 || pr.num_queries == 0) return;
+namespace {
+size_t thread_stride(const plan::AttentionPlan& p) { return (p.scratch_floats + 15) / 16 * 16; }  // 64-byte aligned
+int64_t max_keys_of(const Problem& pr) {
   int64_t max_keys = 0;
   for (const BatchEntry& e : pr.entries) max_keys = std::max(max_keys, e.num_keys);
+  return max_keys;
+}
+}  // namespace
+
+void add_attention_needs(const kernels::KernelTable& table, int64_t batch, int64_t q_heads, int64_t kv_heads,
+                         int64_t num_queries, int64_t max_keys, int64_t head_dim, int64_t value_dim, int threads,
+                         detail::Needs& needs) {
+  if (batch == 0 || q_heads == 0 || num_queries == 0) return;
+  const plan::AttentionPlan p =
+      plan::make_plan(table, batch, q_heads, kv_heads, num_queries, max_keys, head_dim, value_dim);
+  const int64_t t = std::min<int64_t>(std::max(threads, 1), std::max<int64_t>(1, p.items()));
+  needs[detail::Slot::tile_scratch] += static_cast<size_t>(t) * thread_stride(p);
+  needs[detail::Slot::split_partials] += p.partial_floats();
+}
+
+void add_attention_needs(const kernels::KernelTable& table, const Problem& pr, int threads, detail::Needs& needs) {
+  add_attention_needs(table, pr.batch, pr.q_heads, pr.kv_heads, pr.num_queries, max_keys_of(pr), pr.head_dim,
+                      pr.value_dim, threads, needs);
+}
+
+void run_attention(const Problem& pr, const kernels::KernelTable& table, const detail::Lease& lease) {
+  if (pr.batch == 0 || pr.q_heads == 0 || pr.num_queries == 0) return;
+  const int64_t max_keys = max_keys_of(pr);
   // Splits are planned for the longest entry; a shorter entry's extra splits are empty and merge
   // as nothing. Only the shape decides them, so results do not depend on the thread count.
   const plan::AttentionPlan p =
       plan::make_plan(table, pr.batch, pr.q_heads, pr.kv_heads, pr.num_queries, max_keys, pr.head_dim, pr.value_dim);
-  const int nthreads = parallel::resolve_threads(threads);
-  float* partial = p.key_splits > 1 ? parallel::thread_buffer(p.partial_floats(), 1) : nullptr;
+  const int nthreads = lease.threads();
+  float* partial = p.key_splits > 1 ? lease.get(detail::Slot::split_partials) : nullptr;
+  float* scratch = lease.get(detail::Slot::tile_scratch);
+  const size_t stride = thread_stride(p);
   const int64_t Dv = pr.value_dim;
   const size_t kv_elem = pr.kv_type == kernels::KvType::f32 ? 4 : 2;
 
   // Items in head-major order, heaviest row block first within a head (causal rows late in the
   // sequence see more keys), so both threads walk the same head's K/V while it is in cache.
-  auto run_item = [&](int64_t item) {
+  auto run_item = [&](int64_t item, int thread) {
     int64_t rest = item;
     const int64_t split = rest % p.key_splits;
     rest /= p.key_splits;
@@ -82,13 +99,13 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, int thr
       w.partial_acc = base;
       w.partial_ml = base + p.group_rows * Dv;
     }
-    p.flash_for(w.row_count)(w, parallel::thread_buffer(p.scratch_floats));
+    p.flash_for(w.row_count)(w, scratch + static_cast<size_t>(thread) * stride);
   };
   parallel::parallel_for(p.items(), nthreads, run_item);
   if (!partial) return;
 
   // Merge the split-K partial states of each (batch, kv head).
-  auto merge = [&](int64_t bh) {
+  auto merge = [&](int64_t bh, int) {
     const int64_t b = bh / p.kv_heads, hkv = bh % p.kv_heads;
     const BatchEntry& e = pr.entries[static_cast<size_t>(b)];
     kernels::SplitMergeArgs a;

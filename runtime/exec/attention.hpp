@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "../context/workspace.hpp"
 #include "../kernels/kernel_table.hpp"
 
 namespace attend::exec {
@@ -35,13 +36,16 @@ struct Problem {
   std::vector<BatchEntry> entries;
 };
 
-/// Computes every output row of `p` with `table`'s kernels on up to `threads` threads.
-/// Deterministic for any thread count.
-void run_attention(const Problem& p, const kernels::KernelTable& table, int threads);
+/// Adds to `needs` the workspace run_attention takes for these sizes on `threads` threads:
+/// per-thread tile scratch and the split-K partial states.
+void add_attention_needs(const kernels::KernelTable& table, int64_t batch, int64_t q_heads, int64_t kv_heads,
+                         int64_t num_queries, int64_t max_keys, int64_t head_dim, int64_t value_dim, int threads,
+                         detail::Needs& needs);
+/// The same for a built problem.
+void add_attention_needs(const kernels::KernelTable& table, const Problem& p, int threads, detail::Needs& needs);
 
-/// Extra bytes run_attention would use for these sizes (per-thread scratch + split-K partials).
-size_t attention_workspace_bytes(const kernels::KernelTable& table, int64_t batch, int64_t q_heads, int64_t kv_heads,
-                                 int64_t num_queries, int64_t max_keys, int64_t head_dim, int64_t value_dim,
-                                 int threads);
+/// Computes every output row of `p` with `table`'s kernels on lease.threads() threads, with the
+/// lease's workspace (reserved with at least add_attention_needs). Deterministic for any thread count.
+void run_attention(const Problem& p, const kernels::KernelTable& table, const detail::Lease& lease);
 
 }  // namespace attend::exec

@@ -14,8 +14,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "../parallel/scheduler.hpp"
-
 namespace attend::gemm {
 namespace {
 
@@ -137,13 +135,24 @@ int64_t Linear::out() const { return impl_->out; }
 size_t Linear::weight_bytes() const { return impl_->packed_md.get_size(); }
 std::string Linear::implementation(int64_t m) const { return impl_->primitive(m)->name; }
 
-void Linear::run(const float* x, float* y, int64_t m, int threads) const {
+namespace {
+// The scratchpad part of Linear's scratch, rounded to whole cache lines so the bf16 copy of x
+// that follows it stays 64-byte aligned.
+size_t scratchpad_floats(size_t bytes) { return ((bytes + 3) / 4 + 15) / 16 * 16; }
+}  // namespace
+
+size_t Linear::scratch_floats(int64_t m) const {
+  if (m == 0) return 0;
+  const Impl& s = *impl_;
+  const size_t src_floats = s.type == WeightType::bf16 ? static_cast<size_t>(m * s.in + 1) / 2 : 0;
+  return scratchpad_floats(s.primitive(m)->scratch_bytes) + src_floats;
+}
+
+void Linear::run(const float* x, float* y, int64_t m, int threads, float* scratch) const {
   if (m == 0) return;
   const Impl& s = *impl_;
   auto entry = s.primitive(m);
-  const size_t scratch_floats = (entry->scratch_bytes + 3) / 4 + 16;
-  const size_t src_floats = s.type == WeightType::bf16 ? static_cast<size_t>(m * s.in + 1) / 2 : 0;
-  float* scratch = parallel::thread_buffer(scratch_floats + src_floats, 2);
+  const size_t scratch_floats = scratchpad_floats(entry->scratch_bytes);
 
   const dnnl::engine& eng = cpu_engine();
   void* src_ptr = const_cast<float*>(x);

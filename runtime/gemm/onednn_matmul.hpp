@@ -13,7 +13,7 @@ enum class WeightType { f32, bf16 };
 
 /// y[m, out] = x[m, in] · W[in, out] + bias. W is copied at construction into the layout oneDNN's
 /// fastest kernel wants (prepacked once); primitives are created per row count m on first use and
-/// cached. Executing is thread-safe: every call brings its own scratchpad and stream.
+/// cached. Executing is thread-safe: every call brings its own scratchpad (from its context) and stream.
 class Linear {
  public:
   /// `w` is [out, in] row-major when `out_in` (PyTorch nn.Linear), else [in, out] (X·W).
@@ -23,8 +23,11 @@ class Linear {
   Linear(Linear&&) noexcept;
   Linear& operator=(Linear&&) noexcept;
 
-  /// x: [m, in] dense; y: [m, out] dense. Uses at most `threads` OpenMP threads (0 = default).
-  void run(const float* x, float* y, int64_t m, int threads) const;
+  /// Floats of scratch run() needs for m rows (oneDNN's scratchpad, and the bf16 copy of x).
+  size_t scratch_floats(int64_t m) const;
+  /// x: [m, in] dense; y: [m, out] dense. Uses at most `threads` OpenMP threads (0 = default) and
+  /// `scratch` (scratch_floats(m) floats, 64-byte aligned, owned by this call).
+  void run(const float* x, float* y, int64_t m, int threads, float* scratch) const;
 
   int64_t in() const;
   int64_t out() const;

@@ -442,12 +442,12 @@ TEST(Concurrency, EightThreadsShareOneLayer) {
     const int64_t seq[] = {0};
     const auto prompt = random_vec(rng, 5 * 64, 1.0f);
     std::vector<float> y(5 * 64);
-    layer.forward_cached(prompt.data(), y.data(), 1, 5, cache, seq, 1);
+    layer.forward_cached(prompt.data(), y.data(), 1, 5, cache, seq, {.num_threads = 1});
     out = y;
     for (int s = 0; s < kSteps; ++s) {
       const auto x = random_vec(rng, 64, 1.0f);
       std::vector<float> ys(64);
-      layer.forward_cached(x.data(), ys.data(), 1, 1, cache, seq, 1);
+      layer.forward_cached(x.data(), ys.data(), 1, 1, cache, seq, {.num_threads = 1});
       out.insert(out.end(), ys.begin(), ys.end());
     }
   };

@@ -52,14 +52,14 @@ std::vector<float> play(const MultiHeadAttention& layer, const std::vector<Op>& 
         case Op::prefill: {
           std::vector<float> y(op.x.size());
           const int64_t seq[] = {op.seq};
-          layer.forward_cached(op.x.data(), y.data(), 1, op.n, cache, seq, 1);
+          layer.forward_cached(op.x.data(), y.data(), 1, op.n, cache, seq, {.num_threads = 1});
           trace.insert(trace.end(), y.begin(), y.end());
           break;
         }
         case Op::decode: {
           std::vector<float> y(op.x.size());
           const int64_t seqs[] = {0, 1};
-          layer.forward_cached(op.x.data(), y.data(), 2, 1, cache, seqs, 1);
+          layer.forward_cached(op.x.data(), y.data(), 2, 1, cache, seqs, {.num_threads = 1});
           trace.insert(trace.end(), y.begin(), y.end());
           break;
         }

@@ -1,0 +1,301 @@
+#include "attention_call.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <optional>
+#include <sstream>
+
+#include "../dispatch/registry.hpp"
+#include "kv_cache_access.hpp"
+
+namespace attend::detail {
+
+void fail(const char* who, const std::string& message, ErrorCode code) {
+  throw Error(code, std::string(who) + ": " + message);
+}
+
+std::string dims(const TensorView::Dims& d) {
+  std::ostringstream s;
+  s << '[' << d[0] << ',' << d[1] << ',' << d[2] << ',' << d[3] << ']';
+  return s.str();
+}
+
+namespace {
+
+// Masks compare key indices as f32 inside the kernels; they are exact below 2^24.
+constexpr int64_t kMaxKeys = int64_t{1} << 24;
+
+// [first, last] element addresses a view can touch; empty views touch nothing.
+struct Extent {
+  const float* first = nullptr;
+  const float* last = nullptr;
+  bool empty = true;
+};
+
+Extent extent(const TensorView& t) {
+  Extent e;
+  if (t.numel() == 0) return e;
+  int64_t span = 0;
+  for (int i = 0; i < 4; ++i) span += (t.dim(i) - 1) * t.stride(i);
+  e.first = t.data();
+  e.last = t.data() + span;
+  e.empty = false;
+  return e;
+}
+
+bool overlaps(const Extent& a, const Extent& b) {
+  return !a.empty && !b.empty && !(a.last < b.first || b.last < a.first);
+}
+
+void check_view(const char* who, const char* name, const TensorView& t) {
+  for (int i = 0; i < 4; ++i) {
+    if (t.dim(i) < 0) fail(who, std::string(name) + " has a negative dimension: shape " + dims(t.shape()));
+    if (t.stride(i) < 0) fail(who, std::string(name) + " has a negative stride: strides " + dims(t.strides()));
+  }
+  if (t.numel() > 0 && t.data() == nullptr)
+    fail(who, std::string(name) + " data is null (shape " + dims(t.shape()) + ")");
+  if (t.dim(3) > 1 && t.stride(3) != 1)
+    fail(who, std::string(name) + " last dimension must be contiguous (stride 1), strides " + dims(t.strides()));
+}
+
+// Distinct output elements must have distinct addresses, or threads would race on them.
+void check_no_self_overlap(const char* who, const TensorView& t) {
+  int order[4] = {0, 1, 2, 3};
+  std::sort(order, order + 4, [&](int a, int b) { return t.stride(a) < t.stride(b); });
+  int64_t reach = 0;  // elements spanned by the dimensions seen so far, minus one
+  for (int i : order) {
+    if (t.dim(i) <= 1) continue;
+    if (t.stride(i) <= reach)
+      fail(who, "o strides " + dims(t.strides()) + " make distinct elements of shape " + dims(t.shape()) + " alias");
+    reach += (t.dim(i) - 1) * t.stride(i);
+  }
+}
+
+}  // namespace
+
+std::vector<int64_t> check_cache_batch(const char* who, const KVCache& cache, std::span<const int64_t> seqs,
+                                       int64_t batch, int64_t new_tokens, int64_t kv_heads, int64_t head_dim) {
+  const KVCacheConfig& c = cache.config();
+  if (c.kv_heads != kv_heads || c.head_dim != head_dim)
+    fail(who, "the cache holds " + std::to_string(c.kv_heads) + " kv heads of dim " + std::to_string(c.head_dim) +
+                  ", the call has " + std::to_string(kv_heads) + " of dim " + std::to_string(head_dim));
+  if (static_cast<int64_t>(seqs.size()) != batch)
+    fail(who, std::to_string(seqs.size()) + " sequence ids for a batch of " + std::to_string(batch));
+  std::vector<int64_t> cached(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const int64_t seq = seqs[i];
+    if (seq < 0 || seq >= c.slots)
+      fail(who, "sequence id " + std::to_string(seq) + " is outside [0, " + std::to_string(c.slots) + ")");
+    for (size_t j = 0; j < i; ++j)
+      if (seqs[j] == seq) fail(who, "sequence id " + std::to_string(seq) + " appears twice");
+    cached[i] = KVCacheAccess::length(cache, seq);
+    if (cached[i] + new_tokens > c.capacity)
+      fail(who,
+           "sequence " + std::to_string(seq) + " holds " + std::to_string(cached[i]) + " tokens; " +
+               std::to_string(new_tokens) + " more exceed its capacity " + std::to_string(c.capacity) + " (remaining " +
+               std::to_string(c.capacity - cached[i]) + ")",
+           ErrorCode::capacity);
+  }
+  return cached;
+}
+
+Checked validate(const AttentionCall& call) {
+  const char* who = call.who;
+  const TensorView &q = call.q, &k = call.k, &v = call.v, &o = call.o;
+  check_view(who, "q", q);
+  check_view(who, call.cache ? "k_new" : "k", k);
+  check_view(who, call.cache ? "v_new" : "v", v);
+  if (call.check_output) check_view(who, "o", o);
+  Checked s;
+  s.B = q.dim(0);
+  s.Hq = q.dim(1);
+  s.Hkv = k.dim(1);
+  s.Nq = q.dim(2);
+  s.Nk = k.dim(2);
+  s.D = q.dim(3);
+  s.Dv = v.dim(3);
+  // The shapes suffix is formatted only when a check fails (this runs on every decode step).
+  const auto shapes = [&] {
+    return " (q " + dims(q.shape()) + ", k " + dims(k.shape()) + ", v " + dims(v.shape()) + ", o " + dims(o.shape()) +
+           ")";
+  };
+  if (s.D == 0) fail(who, "head dim D must be > 0" + shapes());
+  if (s.Dv == 0) fail(who, "value dim Dv must be > 0" + shapes());
+  if (k.dim(0) != s.B || v.dim(0) != s.B) fail(who, "batch sizes differ" + shapes());
+  if (k.dim(3) != s.D) fail(who, "k head dim does not match q head dim" + shapes());
+  if (v.dim(1) != s.Hkv || v.dim(2) != s.Nk) fail(who, "v heads/keys do not match k" + shapes());
+  if (call.check_output && (o.dim(0) != s.B || o.dim(1) != s.Hq || o.dim(2) != s.Nq || o.dim(3) != s.Dv))
+    fail(who, "o must be [B, Hq, Nq, Dv]" + shapes());
+  if (s.Hkv == 0 && s.Hq != 0) fail(who, "k has 0 heads but q has heads" + shapes());
+  if (s.Hkv > 0 && s.Hq % s.Hkv != 0) fail(who, "q heads must be a multiple of kv heads (GQA)" + shapes());
+  if (s.Nk >= kMaxKeys) fail(who, "Nk must be below 2^24" + shapes());
+  if (call.check_output && !o.writable()) fail(who, "o is a read-only view (built from const float*)");
+  if (!std::isfinite(call.scale)) fail(who, "scale must be finite");
+  if (call.window < 0) fail(who, "window must be >= 0, got " + std::to_string(call.window));
+  if (call.num_threads < 0) fail(who, "num_threads must be >= 0, got " + std::to_string(call.num_threads));
+  const Extent oe = call.check_output ? extent(o) : Extent{};
+  if (overlaps(oe, extent(q)) || overlaps(oe, extent(k)) || overlaps(oe, extent(v)))
+    fail(who, "o overlaps an input" + shapes());
+  if (call.check_output) check_no_self_overlap(who, o);
+  s.max_keys = s.Nk;
+  if (call.cache) {
+    if (!call.kv_lens.empty() || call.bias.data()) fail(who, "kv_lens and bias are not supported with a cache");
+    if (call.append && s.Nk != s.Nq) fail(who, "k_new/v_new must hold one token per query" + shapes());
+    if (s.Dv != s.D) fail(who, "v_new must have the head dim of q" + shapes());
+    s.cached = check_cache_batch(who, *call.cache, call.seqs, s.B, call.append ? s.Nq : 0, s.Hkv, s.D);
+    s.max_keys = 0;
+    for (int64_t c : s.cached) s.max_keys = std::max(s.max_keys, c + (call.append ? s.Nq : 0));
+  } else {
+    if (!call.kv_lens.empty()) {
+      if (static_cast<int64_t>(call.kv_lens.size()) != s.B)
+        fail(who,
+             "kv_lens has " + std::to_string(call.kv_lens.size()) + " entries, expected B = " + std::to_string(s.B));
+      for (size_t b = 0; b < call.kv_lens.size(); ++b)
+        if (call.kv_lens[b] < 0 || call.kv_lens[b] > s.Nk)
+          fail(who, "kv_lens[" + std::to_string(b) + "] = " + std::to_string(call.kv_lens[b]) +
+                        " is outside [0, Nk = " + std::to_string(s.Nk) + "]");
+    }
+    if (call.bias.data()) {
+      const TensorView& b = call.bias;
+      check_view(who, "bias", b);
+      const TensorView::Dims full{s.B, s.Hq, s.Nq, s.Nk};
+      for (int i = 0; i < 4; ++i)
+        if (b.dim(i) != 1 && b.dim(i) != full[i])
+          fail(who, "bias shape " + dims(b.shape()) + " does not broadcast to [B, Hq, Nq, Nk] = " + dims(full));
+      if (overlaps(oe, extent(b))) fail(who, "o overlaps bias");
+    }
+  }
+  s.scale = call.scale != 0.0f ? call.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.D)));
+  return s;
+}
+
+exec::Problem build_problem(const AttentionCall& call, const Checked& s) {
+  const TensorView &q = call.q, &o = call.o;
+  exec::Problem p;
+  p.batch = s.B;
+  p.q_heads = s.Hq;
+  p.kv_heads = s.Hkv;
+  p.num_queries = s.Nq;
+  p.head_dim = s.D;
+  p.value_dim = s.Dv;
+  p.q_head_stride = q.stride(1);
+  p.q_row_stride = q.stride(2);
+  p.o_head_stride = o.stride(1);
+  p.o_row_stride = o.stride(2);
+  p.causal = call.causal;
+  p.window = call.window;
+  p.scale = s.scale;
+  p.entries.resize(static_cast<size_t>(s.B));
+  if (call.cache) {
+    const KVCache& cache = *call.cache;
+    p.kv_type = KVCacheAccess::kv_type(cache);
+    p.k_head_stride = p.v_head_stride = KVCacheAccess::head_stride(cache);
+    p.k_row_stride = p.v_row_stride = s.D;
+    p.k_blocked = true;
+    for (int64_t b = 0; b < s.B; ++b) {
+      const int64_t seq = call.seqs[static_cast<size_t>(b)];
+      exec::BatchEntry& e = p.entries[static_cast<size_t>(b)];
+      e.q = q.data() + b * q.stride(0);
+      e.o = o.mutable_data() + b * o.stride(0);
+      e.k = KVCacheAccess::keys(cache, seq);
+      e.v = KVCacheAccess::values(cache, seq);
+      e.bias = nullptr;
+      e.num_keys = e.valid_keys = s.cached[static_cast<size_t>(b)] + (call.append ? s.Nq : 0);
+    }
+    return p;
+  }
+  const TensorView &k = call.k, &v = call.v;
+  p.k_head_stride = k.stride(1);
+  p.k_row_stride = k.stride(2);
+  p.v_head_stride = v.stride(1);
+  p.v_row_stride = v.stride(2);
+  // Broadcast dimensions of the bias are read with stride 0.
+  TensorView::Dims bstride{0, 0, 0, 0};
+  if (call.bias.data())
+    for (int i = 0; i < 4; ++i) bstride[i] = call.bias.dim(i) == 1 ? 0 : call.bias.stride(i);
+  p.bias_head_stride = bstride[1];
+  p.bias_row_stride = bstride[2];
+  p.bias_key_stride = bstride[3];
+  for (int64_t b = 0; b < s.B; ++b) {
+    exec::BatchEntry& e = p.entries[static_cast<size_t>(b)];
+    e.q = q.data() + b * q.stride(0);
+    e.k = k.data() + b * k.stride(0);
+    e.v = v.data() + b * v.stride(0);
+    e.o = o.mutable_data() + b * o.stride(0);
+    e.bias = call.bias.data() ? call.bias.data() + b * bstride[0] : nullptr;
+    e.num_keys = s.Nk;
+    e.valid_keys = call.kv_lens.empty() ? s.Nk : call.kv_lens[static_cast<size_t>(b)];
+  }
+  return p;
+}
+
+void add_needs(const kernels::KernelTable& table, const Checked& s, int threads, Needs& needs) {
+  exec::add_attention_needs(table, s.B, s.Hq, s.Hkv, s.Nq, s.max_keys, s.D, s.Dv, threads, needs);
+}
+
+void execute(const AttentionCall& call, const Checked& s, const kernels::KernelTable& table, const Lease& lease) {
+  if (call.cache && call.append) {
+    KVCache& cache = *call.cache;
+    const TensorView &k = call.k, &v = call.v;
+    for (int64_t b = 0; b < s.B; ++b) {
+      const int64_t seq = call.seqs[static_cast<size_t>(b)];
+      for (int64_t h = 0; h < s.Hkv; ++h)
+        for (int64_t t = 0; t < s.Nq; ++t)
+          KVCacheAccess::store(cache, seq, h, s.cached[static_cast<size_t>(b)] + t,
+                               k.data() + b * k.stride(0) + h * k.stride(1) + t * k.stride(2),
+                               v.data() + b * v.stride(0) + h * v.stride(1) + t * v.stride(2));
+    }
+    for (int64_t b = 0; b < s.B; ++b)
+      KVCacheAccess::set_length(cache, call.seqs[static_cast<size_t>(b)], s.cached[static_cast<size_t>(b)] + s.Nq);
+    try {
+      exec::run_attention(build_problem(call, s), table, lease);
+    } catch (...) {
+      for (int64_t b = 0; b < s.B; ++b)
+        KVCacheAccess::set_length(cache, call.seqs[static_cast<size_t>(b)], s.cached[static_cast<size_t>(b)]);
+      throw;
+    }
+    return;
+  }
+  exec::run_attention(build_problem(call, s), table, lease);
+}
+
+void run(const AttentionCall& call) {
+  // A cache is claimed before its lengths are read, so a concurrent modification cannot slip in
+  // between validation and the append.
+  std::optional<CacheUse> use;
+  if (call.cache) use.emplace(*call.cache, call.append, call.who);
+  const Checked s = validate(call);
+  const kernels::KernelTable& table = dispatch::kernel_table_for(call.isa);
+  Lease lease(call.context, call.num_threads);
+  Needs needs;
+  add_needs(table, s, lease.threads(), needs);
+  lease.reserve(needs, call.who);
+  execute(call, s, table, lease);
+}
+
+CacheUse::CacheUse(const KVCache& cache, bool modify, const char* who) : cache_(cache), modify_(modify) {
+  std::atomic<int>& state = KVCacheAccess::use_state(cache);
+  // state: > 0 readers, −1 one modifier, 0 free.
+  if (modify) {
+    int expected = 0;
+    if (!state.compare_exchange_strong(expected, -1))
+      fail(who, "the KVCache is in use by another call (a cache may be modified by one call at a time)",
+           ErrorCode::concurrent_use);
+  } else {
+    int seen = state.load();
+    do {
+      if (seen < 0) fail(who, "the KVCache is being modified by another call", ErrorCode::concurrent_use);
+    } while (!state.compare_exchange_weak(seen, seen + 1));
+  }
+}
+
+CacheUse::~CacheUse() {
+  std::atomic<int>& state = KVCacheAccess::use_state(cache_);
+  if (modify_)
+    state.store(0);
+  else
+    state.fetch_sub(1);
+}
+
+}  // namespace attend::detail

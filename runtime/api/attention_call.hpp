@@ -1,0 +1,91 @@
+// The one validator and the one job builder behind every attention entry point (sdpa, its
+// workspace query, cached_attention, and the layer's forward, forward_cached and cross_attend).
+// An option is added here once: AttentionCall carries it, validate() checks it, build_problem()
+// hands it to the executor.
+#pragma once
+
+#include <attend/context.hpp>
+#include <attend/error.hpp>
+#include <attend/isa.hpp>
+#include <attend/kv_cache.hpp>
+#include <attend/tensor_view.hpp>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "../context/workspace.hpp"
+#include "../exec/attention.hpp"
+
+namespace attend::detail {
+
+[[noreturn]] void fail(const char* who, const std::string& message, ErrorCode code = ErrorCode::invalid_argument);
+std::string dims(const TensorView::Dims& d);
+
+/// One attention computation as a caller described it.
+struct AttentionCall {
+  const char* who = "sdpa";  // prefixes every error message
+  TensorView q, o;           // [B, Hq, Nq, D], [B, Hq, Nq, Dv]
+  // Dense keys and values [B, Hkv, Nk, D|Dv]; with a cache, the new tokens [B, Hkv, Nq, D] that are
+  // appended to each sequence before attending (their token count must equal Nq, or be 0 with
+  // `append` false: cross-attention over what the cache holds).
+  TensorView k, v;
+  KVCache* cache = nullptr;       // attend over cached sequences (null: over k, v)
+  std::span<const int64_t> seqs;  // with a cache: the sequence of each batch entry (distinct)
+  bool append = true;             // with a cache: append k, v first
+  float scale = 0.0f;             // 0 = 1/√D
+  bool causal = false;
+  int64_t window = 0;
+  std::span<const int64_t> kv_lens;
+  TensorView bias;
+  int num_threads = 0;
+  Isa isa = Isa::automatic;
+  Context* context = nullptr;
+  bool check_output = true;  // false: a workspace query, `o` is not given (its checks are skipped)
+};
+
+/// What validation derived.
+struct Checked {
+  int64_t B = 0, Hq = 0, Hkv = 0, Nq = 0, Nk = 0, D = 0, Dv = 0;
+  float scale = 1.0f;
+  std::vector<int64_t> cached;  // with a cache: tokens each sequence holds before this call
+  int64_t max_keys = 0;         // the longest key range an entry attends over
+};
+
+/// Validates a call: shapes, strides (non-negative, last dimension contiguous), null pointers,
+/// read-only or overlapping outputs, options, and for cache calls the cache's geometry, the
+/// sequence ids and their capacity (ErrorCode::capacity). No side effects.
+Checked validate(const AttentionCall& call);
+
+/// The cache part of validate(), for the layer's calls to run before they project anything.
+std::vector<int64_t> check_cache_batch(const char* who, const KVCache& cache, std::span<const int64_t> seqs,
+                                       int64_t batch, int64_t new_tokens, int64_t kv_heads, int64_t head_dim);
+
+/// Builds the executor's job from a validated call (cache entries read the lengths after appending).
+exec::Problem build_problem(const AttentionCall& call, const Checked& checked);
+
+/// Adds the workspace the call's attention takes on `threads` threads.
+void add_needs(const kernels::KernelTable& table, const Checked& checked, int threads, Needs& needs);
+
+/// Runs a validated call with an already reserved lease: appends the new K/V (cache calls), then
+/// attends. If attending throws, the cache's lengths are restored (all or nothing).
+void execute(const AttentionCall& call, const Checked& checked, const kernels::KernelTable& table, const Lease& lease);
+
+/// validate → kernel table → lease (byte limit) → execute: the whole of sdpa and cached_attention.
+void run(const AttentionCall& call);
+
+/// Marks a KVCache as being modified (or read) by one call for its duration; a second call that
+/// would modify it meanwhile throws ErrorCode::concurrent_use instead of corrupting it.
+class CacheUse {
+ public:
+  CacheUse(const KVCache& cache, bool modify, const char* who);
+  ~CacheUse();
+  CacheUse(const CacheUse&) = delete;
+  CacheUse& operator=(const CacheUse&) = delete;
+
+ private:
+  const KVCache& cache_;
+  bool modify_;
+};
+
+}  // namespace attend::detail
