@@ -10,6 +10,13 @@
 #include <thread>
 #include <vector>
 
+// Layer options that only set the thread count.
+inline attend::MhaOptions threads_option(int threads) {
+  attend::MhaOptions o;
+  o.num_threads = threads;
+  return o;
+}
+
 int main() {
   attend::MhaConfig cfg;
   cfg.d_model = 512;
@@ -48,11 +55,11 @@ int main() {
       const int64_t seqs[kSequences] = {0, 1};
       std::vector<float> x(kSequences * kPrompt * d), y(x.size());
       for (float& v : x) v = x_dist(local);
-      layer.forward_cached(x.data(), y.data(), kSequences, kPrompt, cache, seqs, {.num_threads = 1});
+      layer.forward_cached(x.data(), y.data(), kSequences, kPrompt, cache, seqs, threads_option(1));
       std::vector<float> token(kSequences * d), out(token.size());
       for (int step = 0; step < kSteps; ++step) {
         for (float& v : token) v = x_dist(local);
-        layer.forward_cached(token.data(), out.data(), kSequences, 1, cache, seqs, {.num_threads = 1});
+        layer.forward_cached(token.data(), out.data(), kSequences, 1, cache, seqs, threads_option(1));
         for (float v : out)
           if (!std::isfinite(v)) ++bad;
       }

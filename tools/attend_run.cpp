@@ -21,6 +21,13 @@
 #include "io/npy.hpp"
 #include "io/svg_heatmap.hpp"
 
+// Layer options that only set the thread count.
+inline attend::MhaOptions threads_option(int threads) {
+  attend::MhaOptions o;
+  o.num_threads = threads;
+  return o;
+}
+
 namespace {
 
 struct Args {
@@ -98,13 +105,13 @@ int run(const Args& a) {
     if (prefill > 0) {
       gather(0, prefill, xs);
       ys.resize(xs.size());
-      mha.forward_cached(xs.data(), ys.data(), batch, prefill, cache, seqs, {.num_threads = a.threads});
+      mha.forward_cached(xs.data(), ys.data(), batch, prefill, cache, seqs, threads_option(a.threads));
       scatter(0, prefill, ys);
     }
     for (int64_t t = prefill; t < tokens; ++t) {
       gather(t, 1, xs);
       ys.resize(xs.size());
-      mha.forward_cached(xs.data(), ys.data(), batch, 1, cache, seqs, {.num_threads = a.threads});
+      mha.forward_cached(xs.data(), ys.data(), batch, 1, cache, seqs, threads_option(a.threads));
       scatter(t, 1, ys);
     }
   }

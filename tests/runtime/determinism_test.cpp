@@ -9,6 +9,13 @@
 #include <string>
 #include <vector>
 
+// Layer options that only set the thread count.
+inline attend::MhaOptions threads_option(int threads) {
+  attend::MhaOptions o;
+  o.num_threads = threads;
+  return o;
+}
+
 namespace attend::testing {
 namespace {
 
@@ -117,11 +124,11 @@ TEST(Determinism, LayerEntryPoints) {
       KVCache cache({2, 32, 3, 200, DType::f32});
       const int64_t seqs[] = {2, 0, 1};
       std::vector<float> y(x.size()), out;
-      layer.forward_cached(x.data(), y.data(), 3, 70, cache, seqs, {.num_threads = threads});
+      layer.forward_cached(x.data(), y.data(), 3, 70, cache, seqs, threads_option(threads));
       out = y;
       for (int step = 0; step < 3; ++step) {
         std::vector<float> ys(3 * d);
-        layer.forward_cached(x.data() + step * d, ys.data(), 3, 1, cache, seqs, {.num_threads = threads});
+        layer.forward_cached(x.data() + step * d, ys.data(), 3, 1, cache, seqs, threads_option(threads));
         out.insert(out.end(), ys.begin(), ys.end());
       }
       return out;
@@ -129,9 +136,9 @@ TEST(Determinism, LayerEntryPoints) {
     expect_same_bits("cross_attend" + tag, [&](int threads) {
       KVCache cache({2, 32, 2, 100, DType::f32});
       const int64_t seqs[] = {1, 0};
-      layer.set_memory(x.data(), 2, 90, cache, seqs, {.num_threads = threads});
+      layer.set_memory(x.data(), 2, 90, cache, seqs, threads_option(threads));
       std::vector<float> y(2 * 5 * d);
-      layer.cross_attend(x.data() + 1000, y.data(), 2, 5, cache, seqs, {.num_threads = threads});
+      layer.cross_attend(x.data() + 1000, y.data(), 2, 5, cache, seqs, threads_option(threads));
       return y;
     });
   }

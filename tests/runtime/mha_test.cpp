@@ -17,6 +17,13 @@
 
 #include "../reference/reference_layer.hpp"
 
+// Layer options that only set the thread count.
+inline attend::MhaOptions threads_option(int threads) {
+  attend::MhaOptions o;
+  o.num_threads = threads;
+  return o;
+}
+
 namespace attend::testing {
 namespace {
 
@@ -442,12 +449,12 @@ TEST(Concurrency, EightThreadsShareOneLayer) {
     const int64_t seq[] = {0};
     const auto prompt = random_vec(rng, 5 * 64, 1.0f);
     std::vector<float> y(5 * 64);
-    layer.forward_cached(prompt.data(), y.data(), 1, 5, cache, seq, {.num_threads = 1});
+    layer.forward_cached(prompt.data(), y.data(), 1, 5, cache, seq, threads_option(1));
     out = y;
     for (int s = 0; s < kSteps; ++s) {
       const auto x = random_vec(rng, 64, 1.0f);
       std::vector<float> ys(64);
-      layer.forward_cached(x.data(), ys.data(), 1, 1, cache, seq, {.num_threads = 1});
+      layer.forward_cached(x.data(), ys.data(), 1, 1, cache, seq, threads_option(1));
       out.insert(out.end(), ys.begin(), ys.end());
     }
   };

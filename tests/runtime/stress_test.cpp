@@ -11,6 +11,13 @@
 #include <thread>
 #include <vector>
 
+// Layer options that only set the thread count.
+inline attend::MhaOptions threads_option(int threads) {
+  attend::MhaOptions o;
+  o.num_threads = threads;
+  return o;
+}
+
 namespace attend::testing {
 namespace {
 
@@ -52,14 +59,14 @@ std::vector<float> play(const MultiHeadAttention& layer, const std::vector<Op>& 
         case Op::prefill: {
           std::vector<float> y(op.x.size());
           const int64_t seq[] = {op.seq};
-          layer.forward_cached(op.x.data(), y.data(), 1, op.n, cache, seq, {.num_threads = 1});
+          layer.forward_cached(op.x.data(), y.data(), 1, op.n, cache, seq, threads_option(1));
           trace.insert(trace.end(), y.begin(), y.end());
           break;
         }
         case Op::decode: {
           std::vector<float> y(op.x.size());
           const int64_t seqs[] = {0, 1};
-          layer.forward_cached(op.x.data(), y.data(), 2, 1, cache, seqs, {.num_threads = 1});
+          layer.forward_cached(op.x.data(), y.data(), 2, 1, cache, seqs, threads_option(1));
           trace.insert(trace.end(), y.begin(), y.end());
           break;
         }
