@@ -1,17 +1,50 @@
-// Test tensors: random data in any stride layout, with NaN-patterned guard regions around the
-// storage so a kernel that writes past its tile is caught even without AddressSanitizer.
+// What every test shares: test tensors (random data in any stride layout, with NaN-patterned guard
+// regions around the storage so a kernel that writes past its tile is caught even without
+// AddressSanitizer), the one random-values helper and the one tolerance rule.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <attend/tensor_view.hpp>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace attend::testing {
+
+/// n values drawn uniformly from [lo, hi).
+inline std::vector<float> random_values(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+/// The tolerance rule of every accuracy test: max |got − want| ≤ tol × max(1e-3, max |want|), a
+/// non-finite result counting as an infinite error. Relative to the output's largest magnitude, so
+/// one rule serves outputs of any size; the floor keeps an all-but-zero output from demanding
+/// absolute precision beyond f32.
+template <class Got, class Want>
+::testing::AssertionResult close_to(const Got& got, const Want& want, double tol) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "sizes differ: " << got.size() << " vs " << want.size();
+  double scale = 1e-3, worst = 0.0;
+  size_t at = 0;
+  for (const auto& w : want) scale = std::max(scale, std::abs(static_cast<double>(w)));
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = static_cast<double>(got[i]);
+    const double e = std::isfinite(g) ? std::abs(g - static_cast<double>(want[i])) : INFINITY;
+    if (e > worst) worst = e, at = i;
+  }
+  if (worst <= tol * scale) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "max error " << worst << " at " << at << " exceeds " << tol << " × scale "
+                                       << scale;
+}
 
 // A quiet NaN with a recognisable payload: kernels never produce it, so any change is a write.
 inline float guard_value() {

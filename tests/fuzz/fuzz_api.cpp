@@ -1,6 +1,8 @@
-// libFuzzer target for the public API: scaled_dot_product_attention with random shapes, strides,
-// masks, biases and options (sometimes deliberately invalid), and the attention layer with a
-// random configuration. Every call must either throw attend::Error — leaving the output exactly as
+// libFuzzer target for the public API: scaled_dot_product_attention (and its workspace query) with
+// random shapes, strides, masks, biases and options (sometimes deliberately invalid),
+// cached_attention over a KV cache with random prior contents, aliasing or negative strides and
+// bad sequence ids, and the attention layer with a random configuration (forward, forward_cached,
+// set_memory + cross_attend). Every call must either throw attend::Error — leaving the output exactly as
 // it was — or succeed and match the double-precision reference. Buffers are sized exactly, so
 // AddressSanitizer catches any access outside them.
 #include <attend/attend.hpp>
@@ -89,9 +91,18 @@ void fuzz_sdpa(Input& in, std::mt19937& rng) {
   opt.isa = isas[in.range(0, 3)];
   opt.num_threads = static_cast<int>(in.range(0, 3));
 
+  // The workspace query validates like the call (it is not given o): it never crashes, and a call
+  // it rejects is rejected too.
+  bool query_rejected = false;
+  try {
+    (void)attend::sdpa_workspace_bytes(qv, kv, vv, opt);
+  } catch (const attend::Error&) {
+    query_rejected = true;
+  }
   const std::vector<float> before = o;
   try {
     attend::scaled_dot_product_attention(qv, kv, vv, ov, opt);
+    if (query_rejected) fail();
   } catch (const attend::Error&) {
     if (std::memcmp(before.data(), o.data(), o.size() * sizeof(float)) != 0) fail();  // rejected calls write nothing
     return;
@@ -108,6 +119,100 @@ void fuzz_sdpa(Input& in, std::mt19937& rng) {
           got[static_cast<size_t>(i)] =
               o[static_cast<size_t>(b * ov.stride(0) + h * ov.stride(1) + n * ov.stride(2) + d)];
   check_close(got, want, 1e-4);
+}
+
+// cached_attention: a cache with random prior lengths (appended through KVCache::append), then one
+// call whose views are sometimes invalid (negative strides, an output overlapping an input or
+// itself, a read-only output), with sequence ids sometimes repeated or out of range and a capacity
+// sometimes too small. A rejected call must leave the cache's lengths, its later results and o
+// untouched; an accepted one must match the reference over the stored (f32) values.
+void fuzz_cached(Input& in, std::mt19937& rng) {
+  const int64_t Hkv = in.range(1, 2), G = in.range(1, 3), D = in.range(1, 20), B = in.range(1, 2), N = in.range(0, 6);
+  const int64_t Hq = Hkv * G, capacity = in.range(1, 24);
+  attend::KVCache cache({Hkv, D, 3, capacity, attend::DType::f32});
+  // Host copy of what each slot holds: [slot][head][token][d] for K and V.
+  std::vector<std::vector<float>> hk(3), hv(3);
+  for (int64_t slot = 0; slot < 3; ++slot) {
+    const int64_t n = in.range(0, capacity);
+    const auto k = values(rng, static_cast<size_t>(Hkv * n * D), 1.0f), v = values(rng, k.size(), 1.0f);
+    cache.append(slot, attend::TensorView::dense(k.data(), {1, Hkv, n, D}),
+                 attend::TensorView::dense(v.data(), {1, Hkv, n, D}));
+    hk[static_cast<size_t>(slot)] = k;
+    hv[static_cast<size_t>(slot)] = v;
+  }
+  std::vector<int64_t> seqs;
+  for (int64_t b = 0; b < B; ++b) seqs.push_back(in.range(0, 3) == 0 ? in.range(-1, 3) : (b + in.range(0, 2)) % 3);
+  if (in.range(0, 7) == 0) seqs.push_back(0);  // wrong count
+  const auto q = values(rng, static_cast<size_t>(std::max<int64_t>(1, B * Hq * N * D)), 1.0f);
+  const auto kn = values(rng, static_cast<size_t>(std::max<int64_t>(1, B * Hkv * N * D)), 1.0f);
+  const auto vn = values(rng, kn.size(), 1.0f);
+  std::vector<float> o(static_cast<size_t>(std::max<int64_t>(1, B * Hq * N * D)), 12345.0f);
+  attend::TensorView qv = attend::TensorView::dense(q.data(), {B, Hq, N, D});
+  const attend::TensorView kv = attend::TensorView::dense(kn.data(), {B, Hkv, N, D}),
+                           vv = attend::TensorView::dense(vn.data(), {B, Hkv, N, D});
+  attend::TensorView ov = attend::TensorView::dense(o.data(), {B, Hq, N, D});
+  const uint8_t twist = in.range(0, 6);
+  if (twist == 1) ov = attend::TensorView(const_cast<float*>(q.data()), ov.shape(), ov.strides());   // aliases q
+  if (twist == 2) ov = attend::TensorView(const_cast<float*>(kn.data()), ov.shape(), ov.strides());  // aliases k_new
+  if (twist == 3) ov = attend::TensorView(o.data(), ov.shape(), {0, 0, 0, 1});                       // self-aliasing
+  if (twist == 4) ov = attend::TensorView(static_cast<const float*>(o.data()), ov.shape(), ov.strides());
+  if (twist == 5 && N > 1)  // a negative stride: rows walk backwards from the end (would read before q)
+    qv = attend::TensorView(q.data() + (N - 1) * D, qv.shape(), {Hq * N * D, N * D, -D, 1});
+  attend::SdpaOptions opt;
+  opt.window = in.range(0, 4) == 0 ? in.range(-1, 6) : 0;
+  opt.num_threads = static_cast<int>(in.range(0, 3));
+
+  std::vector<int64_t> lengths_before(3);
+  for (int64_t slot = 0; slot < 3; ++slot) lengths_before[static_cast<size_t>(slot)] = cache.length(slot);
+  const std::vector<float> o_before = o;
+  bool rejected = false;
+  try {
+    attend::cached_attention(qv, kv, vv, cache, seqs, ov, opt);
+  } catch (const attend::Error&) {
+    rejected = true;
+  }
+  if (rejected) {
+    for (int64_t slot = 0; slot < 3; ++slot)
+      if (cache.length(slot) != lengths_before[static_cast<size_t>(slot)]) fail();
+    if (std::memcmp(o_before.data(), o.data(), o.size() * sizeof(float)) != 0) fail();
+    return;
+  }
+  const bool distinct_valid = static_cast<int64_t>(seqs.size()) == B && [&] {
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (seqs[i] < 0 || seqs[i] > 2 || lengths_before[static_cast<size_t>(seqs[i])] + N > capacity) return false;
+      for (size_t j = 0; j < i; ++j)
+        if (seqs[j] == seqs[i]) return false;
+    }
+    return true;
+  }();
+  const bool bad_view = twist == 1 || twist == 2 || twist == 4 || (twist == 3 && B * Hq * N > 1) ||
+                        (twist == 5 && N > 1) || opt.window < 0;
+  if (!distinct_valid || (bad_view && B * Hq * N * D > 0)) fail();  // should have been rejected
+  // Reference per batch entry over the host copy of the sequence plus the new tokens.
+  for (int64_t b = 0; b < B; ++b) {
+    const size_t slot = static_cast<size_t>(seqs[static_cast<size_t>(b)]);
+    const int64_t before = lengths_before[slot], total = before + N;
+    std::vector<float> k(static_cast<size_t>(Hkv * total * D)), v(k.size());
+    for (int64_t h = 0; h < Hkv; ++h)
+      for (int64_t t = 0; t < total; ++t)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t at = static_cast<size_t>((h * total + t) * D + d);
+          k[at] = t < before ? hk[slot][static_cast<size_t>((h * before + t) * D + d)]
+                             : kn[static_cast<size_t>(((b * Hkv + h) * N + t - before) * D + d)];
+          v[at] = t < before ? hv[slot][static_cast<size_t>((h * before + t) * D + d)]
+                             : vn[static_cast<size_t>(((b * Hkv + h) * N + t - before) * D + d)];
+        }
+    attend::SdpaOptions ro;
+    ro.causal = true;
+    ro.window = opt.window;
+    const auto want =
+        attend::testing::reference_attention(attend::TensorView::dense(q.data() + b * Hq * N * D, {1, Hq, N, D}),
+                                             attend::TensorView::dense(k.data(), {1, Hkv, total, D}),
+                                             attend::TensorView::dense(v.data(), {1, Hkv, total, D}), ro);
+    const std::vector<float> got(o.begin() + b * Hq * N * D, o.begin() + (b + 1) * Hq * N * D);
+    check_close(got, want, 1e-4);
+    if (cache.length(static_cast<int64_t>(slot)) != total) fail();
+  }
 }
 
 void fuzz_layer(Input& in, std::mt19937& rng) {
@@ -152,6 +257,23 @@ void fuzz_layer(Input& in, std::mt19937& rng) {
   const int64_t batch = in.range(1, 2), tokens = in.range(1, 12);
   const auto x = values(rng, static_cast<size_t>(batch * tokens * ref.dm), 1.0f);
   std::vector<float> y(x.size(), 7.0f);
+  if (!cached && in.flag()) {  // cross-attention over a memory set into a cache
+    const int64_t mem = in.range(0, 10), capacity = in.range(1, 10);
+    const auto memory = values(rng, static_cast<size_t>(batch * mem * ref.dm), 1.0f);
+    attend::KVCache cache({ref.hkv, ref.hd, 2, capacity, attend::DType::f32});
+    std::vector<int64_t> seqs = {1, 0};
+    seqs.resize(static_cast<size_t>(batch));
+    try {
+      layer.set_memory(memory.data(), batch, mem, cache, seqs);
+    } catch (const attend::Error& e) {
+      if (mem <= capacity || e.code() != attend::ErrorCode::capacity || cache.length(seqs[0]) != 0) fail();
+      return;
+    }
+    if (mem > capacity) fail();
+    layer.cross_attend(x.data(), y.data(), batch, tokens, cache, seqs);
+    if (mem > 0) check_close(y, ref.forward(x, batch, tokens, false, {}, 0, &memory, mem), 1e-4);
+    return;
+  }
   if (!cached) {
     layer.forward(x.data(), y.data(), batch, tokens);
     check_close(y, ref.forward(x, batch, tokens, causal), 1e-4);
@@ -192,9 +314,11 @@ void fuzz_layer(Input& in, std::mt19937& rng) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in{data, size};
   std::mt19937 rng(in.byte() | (in.byte() << 8));
-  if (in.range(0, 3) == 0)
-    fuzz_layer(in, rng);
-  else
-    fuzz_sdpa(in, rng);
+  switch (in.range(0, 5)) {
+    case 0: fuzz_layer(in, rng); break;
+    case 1:
+    case 2: fuzz_cached(in, rng); break;
+    default: fuzz_sdpa(in, rng); break;
+  }
   return 0;
 }

@@ -32,10 +32,40 @@ TEST(Dispatch, CappedByEnvironment) {
   EXPECT_EQ(std::string(isa_name(active_isa())), expect);
 }
 
+void force(Isa isa) {
+  float x[16] = {};
+  float y[16] = {};
+  SdpaOptions opt;
+  opt.isa = isa;
+  scaled_dot_product_attention(TensorView::dense(static_cast<const float*>(x), {1, 1, 1, 16}),
+                               TensorView::dense(static_cast<const float*>(x), {1, 1, 1, 16}),
+                               TensorView::dense(static_cast<const float*>(x), {1, 1, 1, 16}),
+                               TensorView::dense(y, {1, 1, 1, 16}), opt);
+}
+
+// Every path this machine supports can be forced (and is what forcing runs).
+TEST(Dispatch, ForcingASupportedPathWorks) {
+  for (Isa isa : supported_isas()) EXPECT_NO_THROW(force(isa)) << isa_name(isa);
+}
+
+// A value outside the enum is never silently mapped to a path.
+TEST(Dispatch, ForcingAnUnknownPathThrows) {
+  try {
+    force(static_cast<Isa>(42));
+    ADD_FAILURE() << "an unknown isa ran";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+  }
+}
+
+// Paths this build or CPU cannot run throw ErrorCode::unsupported. On a machine that runs every
+// compiled path there is nothing to force: the test reports itself skipped rather than passing.
 TEST(Dispatch, ForcingAnUncompiledOrUnsupportedPathThrows) {
   const auto supported = supported_isas();
+  int checked = 0;
   for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
     if (contains(supported, isa)) continue;
+    ++checked;
     float x[16] = {};
     float y[16] = {};
     SdpaOptions opt;
@@ -50,6 +80,23 @@ TEST(Dispatch, ForcingAnUncompiledOrUnsupportedPathThrows) {
       EXPECT_EQ(e.code(), ErrorCode::unsupported);
     }
   }
+  if (checked == 0) GTEST_SKIP() << "this machine supports every compiled path";
+}
+
+// ATTEND_ISA with an unknown value: every call using the automatic path throws invalid_argument
+// naming the variable (ctest runs this with ATTEND_ISA=sse9; a crash fails it, unlike WILL_FAIL).
+TEST(Dispatch, UnknownEnvironmentValueThrows) {
+  const char* env = std::getenv("ATTEND_ISA");
+  if (!env || std::string(env) != "sse9") GTEST_SKIP() << "run by ctest with ATTEND_ISA=sse9";
+  try {
+    (void)active_isa();
+    ADD_FAILURE() << "active_isa() accepted ATTEND_ISA=sse9";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("ATTEND_ISA"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(force(Isa::automatic), Error);
+  EXPECT_NO_THROW(force(Isa::generic));  // a forced path does not read the variable
 }
 
 TEST(Dispatch, CpuModelIsNamed) { EXPECT_FALSE(cpu_model().empty()); }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../reference/reference_layer.hpp"
+#include "../test_tensors.hpp"
 
 // Layer options that only set the thread count.
 inline attend::MhaOptions threads_option(int threads) {
@@ -35,12 +36,7 @@ struct LayerCase {
 
 void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name; }
 
-std::vector<float> random_vec(std::mt19937& rng, size_t n, float scale) {
-  std::uniform_real_distribution<float> d(-scale, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
+std::vector<float> random_vec(std::mt19937& rng, size_t n, float scale) { return random_values(rng, n, -scale, scale); }
 
 struct Model {
   RefLayer ref;
@@ -109,16 +105,8 @@ const std::vector<LayerCase>& layer_cases() {
   return cases;
 }
 
-// Max |got − want| ≤ tol × max(1e-3, max|want|).
 void expect_close(const std::vector<float>& got, const std::vector<double>& want, double tol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size());
-  double scale = 1e-3, worst = 0.0;
-  for (double w : want) scale = std::max(scale, std::abs(w));
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double e = std::isfinite(got[i]) ? std::abs(got[i] - want[i]) : INFINITY;
-    worst = std::max(worst, e);
-  }
-  EXPECT_LE(worst, tol * scale) << what << " (scale " << scale << ")";
+  EXPECT_TRUE(close_to(got, want, tol)) << what;
 }
 
 std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }

@@ -247,8 +247,25 @@ TEST(SdpaInvalid, BiasDoesNotBroadcast) {
 }
 
 TEST(SdpaInvalid, ValidCallStillWorksAfterRejections) {
-  // The rejected calls above must not leave state behind: a valid call succeeds and writes.
+  // Rejected calls must not leave state behind (ctest runs each test in its own process, so the
+  // rejections are made here): a valid call afterwards succeeds and writes.
   Inputs in;
+  expect_rejected(
+      in,
+      [](Inputs& x) {
+        SdpaOptions o;
+        o.window = -1;
+        sdpa(x, o);
+      },
+      "window");
+  expect_rejected(
+      in,
+      [](Inputs& x) {
+        SdpaOptions o;
+        o.num_threads = -2;
+        sdpa(x, o);
+      },
+      "num_threads");
   sdpa(in);
   EXPECT_NE(in.o.at(0, 0, 0, 0), 12345.0f);
   EXPECT_TRUE(in.o.guards_intact());
