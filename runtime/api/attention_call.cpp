@@ -230,6 +230,15 @@ exec::Problem build_problem(const AttentionCall& call, const Checked& s) {
   return p;
 }
 
+const kernels::KernelTable& kernel_table(Isa isa) { return dispatch::kernel_table_for(isa); }
+
+void add_attention_needs(const kernels::KernelTable& table, int64_t batch, int64_t q_heads, int64_t kv_heads,
+                         int64_t num_queries, int64_t max_keys, int64_t head_dim, int64_t value_dim, int threads,
+                         Needs& needs) {
+  exec::add_attention_needs(table, batch, q_heads, kv_heads, num_queries, max_keys, head_dim, value_dim, threads,
+                            needs);
+}
+
 void add_needs(const kernels::KernelTable& table, const Checked& s, int threads, Needs& needs) {
   exec::add_attention_needs(table, s.B, s.Hq, s.Hkv, s.Nq, s.max_keys, s.D, s.Dv, threads, needs);
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../context/internal_api.hpp"
 #include "../context/workspace.hpp"
 #include "../exec/attention.hpp"
 
@@ -55,28 +56,38 @@ struct Checked {
 /// Validates a call: shapes, strides (non-negative, last dimension contiguous), null pointers,
 /// read-only or overlapping outputs, options, and for cache calls the cache's geometry, the
 /// sequence ids and their capacity (ErrorCode::capacity). No side effects.
-Checked validate(const AttentionCall& call);
+ATTEND_INTERNAL Checked validate(const AttentionCall& call);
 
 /// The cache part of validate(), for the layer's calls to run before they project anything.
-std::vector<int64_t> check_cache_batch(const char* who, const KVCache& cache, std::span<const int64_t> seqs,
-                                       int64_t batch, int64_t new_tokens, int64_t kv_heads, int64_t head_dim);
+ATTEND_INTERNAL std::vector<int64_t> check_cache_batch(const char* who, const KVCache& cache,
+                                                       std::span<const int64_t> seqs, int64_t batch, int64_t new_tokens,
+                                                       int64_t kv_heads, int64_t head_dim);
 
 /// Builds the executor's job from a validated call (cache entries read the lengths after appending).
-exec::Problem build_problem(const AttentionCall& call, const Checked& checked);
+ATTEND_INTERNAL exec::Problem build_problem(const AttentionCall& call, const Checked& checked);
+
+/// The kernel table of `isa` (Isa::automatic: the active one); throws like a forced ISA does.
+ATTEND_INTERNAL const kernels::KernelTable& kernel_table(Isa isa);
+
+/// Adds the workspace an attention of these sizes takes on `threads` threads (before its views exist).
+ATTEND_INTERNAL void add_attention_needs(const kernels::KernelTable& table, int64_t batch, int64_t q_heads,
+                                         int64_t kv_heads, int64_t num_queries, int64_t max_keys, int64_t head_dim,
+                                         int64_t value_dim, int threads, Needs& needs);
 
 /// Adds the workspace the call's attention takes on `threads` threads.
-void add_needs(const kernels::KernelTable& table, const Checked& checked, int threads, Needs& needs);
+ATTEND_INTERNAL void add_needs(const kernels::KernelTable& table, const Checked& checked, int threads, Needs& needs);
 
 /// Runs a validated call with an already reserved lease: appends the new K/V (cache calls), then
 /// attends. If attending throws, the cache's lengths are restored (all or nothing).
-void execute(const AttentionCall& call, const Checked& checked, const kernels::KernelTable& table, const Lease& lease);
+ATTEND_INTERNAL void execute(const AttentionCall& call, const Checked& checked, const kernels::KernelTable& table,
+                             const Lease& lease);
 
 /// validate → kernel table → lease (byte limit) → execute: the whole of sdpa and cached_attention.
-void run(const AttentionCall& call);
+ATTEND_INTERNAL void run(const AttentionCall& call);
 
 /// Marks a KVCache as being modified (or read) by one call for its duration; a second call that
 /// would modify it meanwhile throws ErrorCode::concurrent_use instead of corrupting it.
-class CacheUse {
+class ATTEND_INTERNAL CacheUse {
  public:
   CacheUse(const KVCache& cache, bool modify, const char* who);
   ~CacheUse();

@@ -5,11 +5,12 @@
 #include <attend/kv_cache.hpp>
 #include <cstdint>
 
+#include "../context/internal_api.hpp"
 #include "../kernels/kernel_table.hpp"
 
 namespace attend::detail {
 
-struct KVCacheAccess {
+struct ATTEND_INTERNAL KVCacheAccess {
   /// The kernels' name for the storage type.
   static kernels::KvType kv_type(const KVCache& c);
   /// K / V of `seq`, kv head 0, token 0. Heads are head_stride() elements apart. V: token t's row at

@@ -9,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "../dispatch/registry.hpp"
 #include "../gemm/onednn_matmul.hpp"
 #include "attention_call.hpp"
 #include "kv_cache_access.hpp"
@@ -289,13 +288,13 @@ void MultiHeadAttention::forward(const float* x, float* y, int64_t batch, int64_
   const char* who = "MultiHeadAttention::forward";
   s.check_io(who, x, y, batch, tokens);
   s.check_options(who, opt, {.causal = true, .lengths = true, .first_position = true}, batch, tokens);
-  const kernels::KernelTable& table = dispatch::kernel_table_for(opt.isa);
+  const kernels::KernelTable& table = detail::kernel_table(opt.isa);
   if (batch * tokens == 0) return;
   const int64_t m = batch * tokens;
   detail::Lease lease(opt.context, opt.num_threads);
   detail::Needs needs;
   s.add_projection_needs(m, true, true, true, needs);
-  exec::add_attention_needs(table, batch, s.hq, s.hkv, tokens, tokens, s.hd, s.hd, lease.threads(), needs);
+  detail::add_attention_needs(table, batch, s.hq, s.hkv, tokens, tokens, s.hd, s.hd, lease.threads(), needs);
   lease.reserve(needs, who);
 
   const Projected p = s.projected(lease, m);
@@ -335,14 +334,14 @@ void MultiHeadAttention::forward_cached(const float* x, float* y, int64_t batch,
   if (opt.causal && !*opt.causal) fail(std::string(who) + ": attention over a cache is causal (causal = false given)");
   const detail::CacheUse use(cache, true, who);
   const std::vector<int64_t> start = detail::check_cache_batch(who, cache, seqs, batch, tokens, s.hkv, s.hd);
-  const kernels::KernelTable& table = dispatch::kernel_table_for(opt.isa);
+  const kernels::KernelTable& table = detail::kernel_table(opt.isa);
   if (batch * tokens == 0) return;
   const int64_t m = batch * tokens;
   detail::Lease lease(opt.context, opt.num_threads);
   detail::Needs needs;
   s.add_projection_needs(m, true, true, true, needs);
   const int64_t max_keys = *std::max_element(start.begin(), start.end()) + tokens;
-  exec::add_attention_needs(table, batch, s.hq, s.hkv, tokens, max_keys, s.hd, s.hd, lease.threads(), needs);
+  detail::add_attention_needs(table, batch, s.hq, s.hkv, tokens, max_keys, s.hd, s.hd, lease.threads(), needs);
   lease.reserve(needs, who);
 
   // Append and attend through the one attention path, reading Q, K and V straight out of the
@@ -417,14 +416,14 @@ void MultiHeadAttention::cross_attend(const float* x, float* y, int64_t batch, i
   s.check_options(who, opt, {}, batch, tokens);
   const detail::CacheUse use(cache, false, who);
   const std::vector<int64_t> held = detail::check_cache_batch(who, cache, seqs, batch, 0, s.hkv, s.hd);
-  const kernels::KernelTable& table = dispatch::kernel_table_for(opt.isa);
+  const kernels::KernelTable& table = detail::kernel_table(opt.isa);
   if (batch * tokens == 0) return;
   const int64_t m = batch * tokens;
   detail::Lease lease(opt.context, opt.num_threads);
   detail::Needs needs;
   s.add_projection_needs(m, true, false, true, needs);
   const int64_t max_keys = *std::max_element(held.begin(), held.end());
-  exec::add_attention_needs(table, batch, s.hq, s.hkv, tokens, max_keys, s.hd, s.hd, lease.threads(), needs);
+  detail::add_attention_needs(table, batch, s.hq, s.hkv, tokens, max_keys, s.hd, s.hd, lease.threads(), needs);
   lease.reserve(needs, who);
 
   const Projected p = s.projected(lease, m);

@@ -9,6 +9,8 @@
 #include <attend/context.hpp>
 #include <cstddef>
 
+#include "internal_api.hpp"
+
 namespace attend::detail {
 
 /// The workspace's buffers, each 64-byte aligned and grown (never shrunk) as calls need.
@@ -27,7 +29,7 @@ struct Needs {
   size_t& operator[](Slot s) { return floats[static_cast<int>(s)]; }
 };
 
-class Lease {
+class ATTEND_INTERNAL Lease {
  public:
   /// `context` null = Context::default_context(); `requested_threads` > 0 overrides the context's
   /// thread count (0 = the context's).
@@ -54,6 +56,6 @@ class Lease {
 };
 
 /// Bytes `needs` takes once allocated (each slot rounded up to whole pages).
-size_t bytes_of(const Needs& needs);
+ATTEND_INTERNAL size_t bytes_of(const Needs& needs);
 
 }  // namespace attend::detail

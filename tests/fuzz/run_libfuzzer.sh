@@ -23,6 +23,9 @@ for t in $targets; do
   work="$build/corpus_$t"
   rm -rf "$work" && mkdir -p "$work" && cp "$src/tests/fuzz/corpus/$t/"* "$work/"
   echo "fuzzing $t for ${seconds}s"
+  log="$build/fuzz_$t.log"
+  # The whole log on a crash (the report and its input); the closing statistics otherwise.
   "$build/fuzz_$t" -max_total_time="$seconds" -rss_limit_mb=2048 -max_len=4096 \
-    -artifact_prefix="$build/artifacts/${t}_" -print_final_stats=1 "$work" 2>&1 | tail -n 12
+    -artifact_prefix="$build/artifacts/${t}_" -print_final_stats=1 "$work" >"$log" 2>&1 || { cat "$log"; exit 1; }
+  tail -n 12 "$log"
 done

@@ -5,7 +5,12 @@
 #  2. pkg-config --static finds attend.pc and a program links with its flags;
 #  3. every public header compiles on its own under -Wall -Wextra -Werror and includes nothing
 #     from oneDNN, xsimd or OpenMP;
-#  4. add_subdirectory (FetchContent's path) builds with tests, bench and tools off.
+#  4. add_subdirectory (FetchContent's path) builds with tests, bench and tools off;
+#  5. the installed CMake files never mention OpenCL (Debian's dnnl package requires it; attend
+#     does not, and must not impose it on consumers);
+#  6. a shared build: versioned sonames, only the public API (and attend::detail, the interface
+#     between attend's own two libraries) exported, and the example runs against it;
+#  7. attend_core alone (ATTEND_LAYER=OFF: no oneDNN at all) builds, installs and serves sdpa.
 # usage: check_package.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src="$(cd "$1" && pwd)"
@@ -42,4 +47,47 @@ cmake -S "$src/tests/package/subdir_consumer" -B "$work/subdir" -DATTEND_SOURCE_
   -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$work/subdir" -j "$(nproc)" >/dev/null
 "$work/subdir/consumer"
+echo "== no OpenCL in the CMake package"
+if grep -rlE "OpenCL::|(find_dependency|find_package)\(OpenCL" "$work/prefix/lib/cmake/attend"; then
+  echo "error: the installed CMake package mentions OpenCL" >&2
+  exit 1
+fi
+g++ -std=c++20 -Wall -Wextra -Werror "$src/tests/package/subdir_consumer/consumer.cpp" -o "$work/pc_core_consumer" \
+  $(pkg-config --cflags --libs --static attend-core)
+"$work/pc_core_consumer"
+
+echo "== shared libraries"
+cmake -S "$src" -B "$work/shared" -DBUILD_SHARED_LIBS=ON -DATTEND_BUILD_TESTS=OFF -DATTEND_BUILD_TOOLS=OFF \
+  -DATTEND_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$work/shared" -j "$(nproc)" >/dev/null
+cmake --install "$work/shared" --prefix "$work/shared-prefix" >/dev/null
+for lib in attend_core attend_layer; do
+  so="$work/shared-prefix/lib/lib$lib.so"
+  soname="$(readelf -d "$so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')"
+  [[ "$soname" == "lib$lib.so.0" ]] || { echo "error: $so has soname '$soname'" >&2; exit 1; }
+  # Every exported attend symbol is public API or attend::detail; kernels, exec, plan, parallel,
+  # dispatch, gemm and numeric stay hidden.
+  leaked="$(nm -DC --defined-only "$so" | grep -E '^[0-9a-f]+ [A-Za-z] attend::(kernels|exec|plan|parallel|dispatch|gemm|numeric)::' || true)"
+  if [[ -n "$leaked" ]]; then
+    echo "error: $so exports internals:" >&2
+    echo "$leaked" | head >&2
+    exit 1
+  fi
+  echo "$lib: soname $soname, $(nm -DC --defined-only "$so" | grep -c ' attend::') attend symbols exported"
+done
+cmake -S "$src/examples" -B "$work/examples-shared" -DCMAKE_PREFIX_PATH="$work/shared-prefix" \
+  -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$work/examples-shared" -j "$(nproc)" >/dev/null
+"$work/examples-shared/embedding_server"
+
+echo "== attend_core without oneDNN"
+cmake -S "$src" -B "$work/core" -DATTEND_LAYER=OFF -DATTEND_BUILD_TESTS=OFF -DATTEND_BUILD_TOOLS=OFF \
+  -DATTEND_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$work/core" -j "$(nproc)" >/dev/null
+cmake --install "$work/core" --prefix "$work/core-prefix" >/dev/null
+[[ ! -e "$work/core-prefix/lib/libattend_layer.a" ]] || { echo "error: ATTEND_LAYER=OFF built the layer" >&2; exit 1; }
+PKG_CONFIG_PATH="$work/core-prefix/lib/pkgconfig" g++ -std=c++20 -Wall -Wextra -Werror \
+  "$src/tests/package/subdir_consumer/consumer.cpp" -o "$work/core_consumer" \
+  $(PKG_CONFIG_PATH="$work/core-prefix/lib/pkgconfig" pkg-config --cflags --libs --static attend-core)
+"$work/core_consumer"
 echo "package checks passed"

@@ -7,7 +7,8 @@
 #            reported as races; attend is therefore built with ATTEND_OPENMP=OFF (its own loops run
 #            on the calling thread) and OMP_NUM_THREADS=1 keeps oneDNN's libgomp regions on one
 #            thread. What TSan then sees is exactly the concurrency attend promises: many
-#            application threads sharing one layer (primitive cache, per-thread scratch). OpenMP
+#            application threads sharing one layer (primitive cache, context workspaces), one
+#            context, one KV cache (claims). OpenMP
 #            parallelism itself is covered by the thread-count determinism tests.
 # usage: run_sanitizers.sh SOURCE_DIR address|thread
 set -euo pipefail
@@ -24,15 +25,21 @@ case "$kind" in
     export LSAN_OPTIONS="suppressions=$src/tests/sanitizers/lsan.supp:print_suppressions=0"
     export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1"
     export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-    ctest --test-dir "$build" -j "$jobs" -E 'fuzz_libfuzzer' --output-on-failure | tail -n 4
+    log="$build/ctest.log"
+    ctest --test-dir "$build" -j "$jobs" -E 'fuzz_libfuzzer' --output-on-failure >"$log" 2>&1 || { cat "$log"; exit 1; }
+    tail -n 4 "$log"
     ;;
   thread)
     cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTEND_SANITIZE=thread -DATTEND_OPENMP=OFF \
       -DATTEND_BUILD_BENCH=OFF -DATTEND_BUILD_TOOLS=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" >/dev/null
-    cmake --build "$build" -j "$jobs" --target attend_mha_test attend_stress_test >/dev/null
+    cmake --build "$build" -j "$jobs" --target attend_mha_test attend_stress_test attend_context_test \
+      attend_cached_attention_invalid_test >/dev/null
     export OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
     "$build/bin/attend_mha_test" --gtest_filter='Concurrency.*'
     "$build/bin/attend_stress_test"
+    # One context shared by threads (its workspace pool) and one cache modified by several (claims).
+    "$build/bin/attend_context_test" --gtest_filter='Context.SharedByConcurrentCallers'
+    "$build/bin/attend_cached_attention_invalid_test" --gtest_filter='*Concurrent*'
     ;;
   *) echo "usage: $0 SOURCE_DIR address|thread" >&2; exit 2 ;;
 esac
