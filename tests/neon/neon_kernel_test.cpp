@@ -11,7 +11,10 @@
 #include <vector>
 
 #include "../../runtime/numeric/convert.hpp"
+#include "kernels/ukernel_report.hpp"
 #include "reference/reference_attention.hpp"
+
+void attend_ukernel_cases_generic(attend::kernels::UkernelReport& report);
 
 namespace {
 
@@ -157,6 +160,12 @@ int main() {
       cache_case(dt, d, 0, 9);
     }
   nan_case();
+  {
+    attend::kernels::UkernelReport report;  // every microkernel over its NEON tile boundaries
+    attend_ukernel_cases_generic(report);
+    check(report.failures == 0 && report.cases > 1000,
+          "microkernel tester (" + std::to_string(report.cases) + " cases): " + report.text);
+  }
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

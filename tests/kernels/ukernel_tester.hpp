@@ -1,0 +1,357 @@
+// The microkernel tester: every microkernel of runtime/kernels/ukernel/ (and the exp2 polynomial)
+// alone, against a double-precision reference, over the boundary classes its own tile constants
+// define. The sizes are generated from Tiles<Arch> (not listed by hand), so a change of tile
+// constants moves the tested edges with it: for each blocked dimension with tile t the tester
+// takes 1, t − 1, t, t + 1, 2t + 1 (and 0 where a call may be empty), clipped to what the caller
+// can pass.
+//
+// Included only by tests/kernels/ukernel_cases_<isa>.cpp, each compiled with that ISA's flags. Like
+// the kernels, everything here is a template or in an anonymous namespace, and it uses nothing
+// inline from the standard library that other translation units also instantiate (no containers,
+// no <random>): an AVX-512 copy of a shared inline function could otherwise be linked into the
+// whole test binary. Results go out through plain C types (UkernelReport).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <type_traits>
+
+#include "../../runtime/kernels/simd/exp2.hpp"
+#include "../../runtime/kernels/tile_traits.hpp"
+#include "../../runtime/kernels/ukernel/blocked_key_scores.hpp"
+#include "../../runtime/kernels/ukernel/narrow_dot_scores.hpp"
+#include "../../runtime/kernels/ukernel/pv_tile.hpp"
+#include "../../runtime/kernels/ukernel/score_tile_kqt_f32.hpp"
+#include "ukernel_report.hpp"
+
+namespace attend::kernels {
+namespace {
+namespace tester {
+
+// A 64-byte aligned buffer of floats (or 16-bit elements), zero-filled.
+template <class T>
+struct Buf {
+  T* p;
+  explicit Buf(int64_t n)
+      : p(static_cast<T*>(::operator new[](sizeof(T) * static_cast<size_t>(n > 0 ? n : 1), std::align_val_t(64)))) {
+    std::memset(static_cast<void*>(p), 0, sizeof(T) * static_cast<size_t>(n > 0 ? n : 1));
+  }
+  ~Buf() { ::operator delete[](static_cast<void*>(p), std::align_val_t(64)); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  T& operator[](int64_t i) { return p[i]; }
+};
+
+// A small deterministic generator (no <random>: see the file comment).
+struct Lcg {
+  uint64_t s;
+  float uniform() {  // [-1, 1)
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(static_cast<int64_t>(s >> 40) - (int64_t{1} << 23)) / static_cast<float>(1 << 23);
+  }
+};
+
+// Element of type E nearest to x (round to nearest even), and its value.
+template <class E>
+E make(float x);
+template <>
+float make<float>(float x) {
+  return x;
+}
+template <>
+Bf16 make<Bf16>(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  return Bf16{static_cast<uint16_t>((b + 0x7fffu + ((b >> 16) & 1u)) >> 16)};
+}
+template <>
+F16 make<F16>(float x) {  // |x| ≤ 1 here: normal or zero f16, no overflow
+  const double a = std::fabs(static_cast<double>(x));
+  if (a < 6.103515625e-05) return F16{static_cast<uint16_t>(x < 0 ? 0x8000u : 0u)};
+  int e = 0;
+  const double m = std::frexp(a, &e);  // a = m·2^e, m in [0.5, 1)
+  double mant = std::nearbyint((m * 2.0 - 1.0) * 1024.0);
+  int exp = e - 1 + 15;
+  if (mant == 1024.0) mant = 0.0, ++exp;
+  return F16{
+      static_cast<uint16_t>((x < 0 ? 0x8000u : 0u) | (static_cast<uint32_t>(exp) << 10) | static_cast<uint32_t>(mant))};
+}
+
+template <class E>
+const char* type_name() {
+  return std::is_same_v<E, float> ? "f32" : std::is_same_v<E, Bf16> ? "bf16" : "f16";
+}
+
+// The boundary classes of a blocked dimension with tile t, clipped to [lo, hi].
+struct Sizes {
+  int64_t v[16];
+  int n = 0;
+  void add(int64_t x, int64_t lo, int64_t hi) {
+    if (x < lo || x > hi) return;
+    for (int i = 0; i < n; ++i)
+      if (v[i] == x) return;
+    if (n < 16) v[n++] = x;
+  }
+};
+Sizes boundary(int64_t t, int64_t lo, int64_t hi) {
+  Sizes s;
+  for (int64_t x : {int64_t{0}, int64_t{1}, t - 1, t, t + 1, 2 * t + 1}) s.add(x, lo, hi);
+  return s;
+}
+
+// |got − want| ≤ tol · (Σ|terms| + floor): the error bound of an f32 sum of products, relative to
+// the magnitudes summed (cancellation makes a relative-to-result bound meaningless).
+bool close(double got, double want, double magnitude, double tol = 4e-6) {
+  return std::isfinite(got) && std::fabs(got - want) <= tol * (magnitude + 1e-6);
+}
+
+// ---------------------------------------------------------------------------------------------
+// score_tile: Sᵀ[keys][rows] = K·Qᵀ over a wide tile, walked as flash_wide walks it (kScoreKeys keys
+// per call, ceil(rows / W) row vectors), with the fused column max.
+template <class Arch>
+void score_cases(UkernelReport& r) {
+  using T = Tiles<Arch>;
+  constexpr int W = T::W;
+  const Sizes keys = boundary(T::kScoreKeys, 1, T::kBlockKeys), rows = boundary(W, 1, T::kBlockRows);
+  Sizes keys_all = keys;
+  for (int i = 0; i < boundary(T::kBlockKeys, 1, T::kBlockKeys).n; ++i)
+    keys_all.add(boundary(T::kBlockKeys, 1, T::kBlockKeys).v[i], 1, T::kBlockKeys);
+  keys_all.add(T::kBlockRows, 1, T::kBlockKeys);
+  const Sizes depths = boundary(W, 1, 4 * W + 3);
+  Lcg rng{1};
+  for (int ik = 0; ik < keys_all.n; ++ik)
+    for (int ir = 0; ir < rows.n; ++ir)
+      for (int id = 0; id < depths.n; ++id) {
+        const int64_t nk = keys_all.v[ik], nr = rows.v[ir], depth = depths.v[id];
+        const int64_t ldr = round_up(nr, W);
+        const int nv = static_cast<int>(ldr / W);
+        Buf<float> k(nk * depth), qt(depth * ldr), st(nk * ldr), colmax(ldr);
+        for (int64_t i = 0; i < nk * depth; ++i) k[i] = rng.uniform();
+        for (int64_t d = 0; d < depth; ++d)
+          for (int64_t c = 0; c < nr; ++c) qt[d * ldr + c] = rng.uniform();
+        for (int64_t c = 0; c < ldr; ++c) colmax[c] = kNegInf;
+        const float* krow[kMaxScoreR];
+        for (int64_t j = 0; j < nk; j += T::kScoreKeys) {
+          const int R = static_cast<int>(min64(T::kScoreKeys, nk - j));
+          for (int i = 0; i < R; ++i) krow[i] = k.p + (j + i) * depth;
+          ScoreArgs a{krow, qt.p, ldr, depth, st.p + j * ldr, ldr, colmax.p};
+          score_dispatch<Arch>(R, nv, a);
+        }
+        ++r.cases;
+        for (int64_t c = 0; c < nr; ++c) {
+          double mx = -INFINITY;
+          for (int64_t j = 0; j < nk; ++j) {
+            double want = 0.0, mag = 0.0;
+            for (int64_t d = 0; d < depth; ++d) {
+              want += static_cast<double>(k[j * depth + d]) * qt[d * ldr + c];
+              mag += std::fabs(static_cast<double>(k[j * depth + d]) * qt[d * ldr + c]);
+            }
+            mx = mx > st[j * ldr + c] ? mx : st[j * ldr + c];
+            if (!close(st[j * ldr + c], want, mag)) {
+              r.fail("score_tile keys=%lld rows=%lld depth=%lld: S[%lld][%lld] = %g, want %g", (long long)nk,
+                     (long long)nr, (long long)depth, (long long)j, (long long)c, st[j * ldr + c], want);
+              return;
+            }
+          }
+          if (colmax[c] != static_cast<float>(mx)) {
+            r.fail("score_tile keys=%lld rows=%lld depth=%lld: column max of row %lld = %g, want %g", (long long)nk,
+                   (long long)nr, (long long)depth, (long long)c, colmax[c], mx);
+            return;
+          }
+        }
+      }
+}
+
+// ---------------------------------------------------------------------------------------------
+// pv_block: O[rows][Dv] = α·O + P·V over a key run, both P layouts (wide Sᵀ, narrow S), masked and
+// not, V of each element type, with and without V prefetching. In masked runs some keys have P = 0
+// in every row and NaN in V: they must not reach any row.
+template <class Arch, class E>
+void pv_cases(UkernelReport& r) {
+  using T = Tiles<Arch>;
+  constexpr int W = T::W;
+  const int nv_max = static_cast<int>(min64(kMaxPvNV, T::kAccRegs / T::kPvRows));
+  const Sizes rows = boundary(T::kPvRows, 1, T::kBlockRows);
+  const Sizes vecs = boundary(nv_max, 1, 2 * nv_max + 1);
+  Sizes keys = boundary(T::kBlockKeys, 0, T::kNarrowBlockKeys);
+  keys.add(T::kNarrowBlockKeys, 0, T::kNarrowBlockKeys);
+  Lcg rng{2};
+  for (int ir = 0; ir < rows.n; ++ir)
+    for (int iv = 0; iv < vecs.n; ++iv)
+      for (int ik = 0; ik < keys.n; ++ik)
+        for (int variant = 0; variant < 4; ++variant) {
+          const bool masked = variant & 1, narrow_layout = variant & 2;
+          const int64_t nr = rows.v[ir], nvec = vecs.v[iv], nk = keys.v[ik], dv = nvec * W;
+          const int64_t ldo = dv, ldr = round_up(nr, W);
+          // P: wide layout Sᵀ[key][ldr] (row stride 1), narrow S[row][nk] (key stride 1).
+          const int64_t prs = narrow_layout ? nk : 1, pks = narrow_layout ? 1 : ldr;
+          Buf<float> o(nr * ldo), want(nr * ldo), alpha(nr), p(ldr * (nk > 0 ? nk : 1));
+          Buf<E> v(nk * dv + 1);
+          for (int64_t i = 0; i < nr * ldo; ++i) want[i] = o[i] = rng.uniform();
+          for (int64_t i = 0; i < nr; ++i) alpha[i] = 0.5f + 0.5f * rng.uniform();
+          for (int64_t j = 0; j < nk; ++j) {
+            const bool dead = masked && j % 5 == 2;
+            for (int64_t i = 0; i < nr; ++i) p[i * prs + j * pks] = dead ? 0.0f : 0.5f + 0.5f * rng.uniform();
+            for (int64_t d = 0; d < dv; ++d) v[j * dv + d] = make<E>(dead ? NAN : rng.uniform());
+          }
+          for (int64_t i = 0; i < nr; ++i)
+            for (int64_t d = 0; d < dv; ++d) {
+              double acc = static_cast<double>(alpha[i]) * want[i * ldo + d], mag = std::fabs(acc);
+              for (int64_t j = 0; j < nk; ++j) {
+                const double pj = p[i * prs + j * pks];
+                if (pj == 0.0) continue;
+                acc += pj * to_float(v[j * dv + d]);
+                mag += std::fabs(pj * to_float(v[j * dv + d]));
+              }
+              want[i * ldo + d] = static_cast<float>(acc);
+              (void)mag;
+            }
+          pv_block<Arch, E>(o.p, ldo, alpha.p, p.p, prs, pks, v.p, dv, nr, nvec, nk, masked, variant == 2 ? nk : 0);
+          ++r.cases;
+          for (int64_t i = 0; i < nr * ldo; ++i)
+            if (!close(o[i], want[i], 1.0 + nk)) {
+              r.fail("pv_block<%s> rows=%lld dv=%lld keys=%lld masked=%d layout=%s: O[%lld] = %g, want %g",
+                     type_name<E>(), (long long)nr, (long long)dv, (long long)nk, masked ? 1 : 0,
+                     narrow_layout ? "S" : "St", (long long)i, o[i], want[i]);
+              return;
+            }
+        }
+}
+
+// ---------------------------------------------------------------------------------------------
+// narrow_scores: S[rows][keys] = Q·Kᵀ for row packs of 1 … kNarrowMaxRows rows and up to W keys of a
+// row-major K (keys past `keys` read the zero row), with and without the K prefetch.
+template <class Arch, class E>
+void narrow_cases(UkernelReport& r) {
+  using T = Tiles<Arch>;
+  constexpr int W = T::W;
+  const Sizes keys = boundary(W, 1, W);
+  const Sizes depths = boundary(1, 1, 3);  // in vectors: D = W, 2W, 3W (the narrow path needs D % W == 0)
+  Lcg rng{3};
+  for (int pack = 1; pack <= T::kNarrowMaxRows; pack *= 2)
+    for (int64_t nr : {int64_t{pack / 2 + 1}, int64_t{pack}})  // the fewest and the most rows a pack serves
+      for (int ik = 0; ik < keys.n; ++ik)
+        for (int id = 0; id < depths.n; ++id) {
+          const int64_t nk = keys.v[ik], depth = depths.v[id] * W, ldk = depth + 3;
+          Buf<float> q(pack * depth), s(pack * W), zeros(depth);
+          Buf<E> k(2 * W * ldk);  // this group's keys and the next group's (prefetched)
+          for (int64_t i = 0; i < nr * depth; ++i) q[i] = rng.uniform();
+          for (int64_t i = 0; i < 2 * W * ldk; ++i) k[i] = make<E>(rng.uniform());
+          narrow_scores_dispatch<Arch, E>(pack, k.p, ldk, nk, q.p, depth, reinterpret_cast<const E*>(zeros.p), s.p, W,
+                                          nr, (ik & 1) ? k.p + W * ldk : nullptr, W);
+          ++r.cases;
+          for (int64_t i = 0; i < nr; ++i)
+            for (int64_t j = 0; j < nk; ++j) {
+              double want = 0.0, mag = 0.0;
+              for (int64_t d = 0; d < depth; ++d) {
+                want += static_cast<double>(q[i * depth + d]) * to_float(k[j * ldk + d]);
+                mag += std::fabs(static_cast<double>(q[i * depth + d]) * to_float(k[j * ldk + d]));
+              }
+              if (!close(s[i * W + j], want, mag)) {
+                r.fail("narrow_scores<%s> pack=%d rows=%lld keys=%lld depth=%lld: S[%lld][%lld] = %g, want %g",
+                       type_name<E>(), pack, (long long)nr, (long long)nk, (long long)depth, (long long)i, (long long)j,
+                       s[i * W + j], want);
+                return;
+              }
+            }
+        }
+}
+
+// ---------------------------------------------------------------------------------------------
+// blocked_scores: S[rows][blocks·kKeyBlock] against a blocked K for every row pack, over block
+// counts on both sides of the blocks-per-call group G, with the look-ahead (prefetch) window ending
+// at, or past, the scored blocks.
+template <class Arch, class E>
+void blocked_cases(UkernelReport& r) {
+  using T = Tiles<Arch>;
+  constexpr int W = T::W;
+  Lcg rng{4};
+  for (int pack = 1; pack <= T::kNarrowMaxRows; pack *= 2) {
+    const int64_t G = blocked_group<Arch>(pack);
+    const Sizes blocks = boundary(G, 1, 4 * G + 1);
+    for (int ib = 0; ib < blocks.n; ++ib)
+      for (int64_t extra : {int64_t{0}, G, 2 * G + 1})
+        for (int64_t depth : {int64_t{W}, int64_t{2 * W}, int64_t{8 * W}}) {
+          const int64_t nb = blocks.v[ib], ahead = nb + extra, lds = round_up(nb * kKeyBlock, 16);
+          Buf<float> q(pack * depth), s(pack * lds);
+          Buf<E> k(ahead * kKeyBlock * depth);
+          for (int64_t i = 0; i < pack * depth; ++i) q[i] = rng.uniform();
+          for (int64_t i = 0; i < ahead * kKeyBlock * depth; ++i) k[i] = make<E>(rng.uniform());
+          blocked_scores_dispatch<Arch, E>(pack, k.p, nb, ahead, depth, q.p, s.p, lds);
+          ++r.cases;
+          for (int64_t i = 0; i < pack; ++i)
+            for (int64_t j = 0; j < nb * kKeyBlock; ++j) {
+              double want = 0.0, mag = 0.0;
+              for (int64_t d = 0; d < depth; ++d) {
+                const double kv = to_float(k[(j / kKeyBlock) * kKeyBlock * depth + d * kKeyBlock + j % kKeyBlock]);
+                want += static_cast<double>(q[i * depth + d]) * kv;
+                mag += std::fabs(static_cast<double>(q[i * depth + d]) * kv);
+              }
+              if (!close(s[i * lds + j], want, mag)) {
+                r.fail("blocked_scores<%s> pack=%d blocks=%lld ahead=%lld depth=%lld: S[%lld][%lld] = %g, want %g",
+                       type_name<E>(), pack, (long long)nb, (long long)ahead, (long long)depth, (long long)i,
+                       (long long)j, s[i * lds + j], want);
+                return;
+              }
+            }
+        }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// exp2_nonpositive over its whole input range: every 1/4096 from −200 to 0 (and the specials).
+// Results of normal size are within 2^−22 relative (two f32 ulps: the polynomial's 1.1e-7 plus the
+// rounding of the reduction and of the Horner steps); below 2^−126 the kernel flushes towards 0
+// (masked scores must give exactly 0): at most 2^−125 there.
+template <class Arch>
+void exp2_cases(UkernelReport& r) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  alignas(64) float in[W], out[W];
+  constexpr int64_t kSteps = 200 * 4096;
+  for (int64_t i = 0; i <= kSteps; i += W) {
+    for (int l = 0; l < W; ++l) in[l] = -static_cast<float>(i + l) / 4096.0f;
+    exp2_nonpositive<Arch>(B::load_aligned(in)).store_aligned(out);
+    for (int l = 0; l < W; ++l) {
+      const double want = std::exp2(static_cast<double>(in[l]));
+      const bool ok = want >= std::ldexp(1.0, -126) ? std::fabs(out[l] - want) <= std::ldexp(want, -22)
+                                                    : out[l] >= 0.0f && out[l] <= std::ldexp(1.0, -125);
+      if (!ok) {
+        r.fail("exp2_nonpositive(%.9g) = %.9g, want %.9g", in[l], out[l], want);
+        return;
+      }
+    }
+  }
+  for (int l = 0; l < W; ++l) in[l] = l % 3 == 0 ? -INFINITY : l % 3 == 1 ? NAN : -0.0f;
+  exp2_nonpositive<Arch>(B::load_aligned(in)).store_aligned(out);
+  for (int l = 0; l < W; ++l) {
+    const bool ok = l % 3 == 0 ? out[l] == 0.0f : l % 3 == 1 ? std::isnan(out[l]) : out[l] == 1.0f;
+    if (!ok) {
+      r.fail("exp2_nonpositive(%g) = %g", in[l], out[l]);
+      return;
+    }
+  }
+  r.cases += kSteps / W + 1;
+}
+
+template <class Arch>
+void run_all(UkernelReport& r) {
+  score_cases<Arch>(r);
+  pv_cases<Arch, float>(r);
+  pv_cases<Arch, Bf16>(r);
+  pv_cases<Arch, F16>(r);
+  narrow_cases<Arch, float>(r);
+  narrow_cases<Arch, Bf16>(r);
+  narrow_cases<Arch, F16>(r);
+  blocked_cases<Arch, float>(r);
+  blocked_cases<Arch, Bf16>(r);
+  blocked_cases<Arch, F16>(r);
+  exp2_cases<Arch>(r);
+}
+
+}  // namespace tester
+}  // namespace
+}  // namespace attend::kernels
