@@ -1,6 +1,7 @@
 // attend-info: what attend will run on this machine. `--json` prints one JSON object for fleets.
 #include <omp.h>
 
+#include <CLI/CLI.hpp>
 #include <attend/attend.hpp>
 #include <cstdio>
 #include <cstring>
@@ -51,13 +52,12 @@ std::string escape(const std::string& s) {
 
 int main(int argc, char** argv) {
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--json") == 0) {
-      json = true;
-    } else {
-      std::fprintf(stderr, "usage: %s [--json]\n", argv[0]);
-      return 2;
-    }
+  CLI::App app("attend-info: the CPU, the ISA paths attend compiled, supports and runs, caches, threads and oneDNN");
+  app.add_flag("--json", json, "print one JSON object (for collecting from a fleet)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);  // --help: usage on stdout, status 0; a bad argument: status 2
   }
   std::string active;
   try {

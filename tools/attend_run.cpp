@@ -2,7 +2,7 @@
 //
 //   attend-run -w layer.safetensors -i x.npy -o y.npy --heads 8 [--causal] [--prefix P]
 //              [--kv-heads K] [--rope-theta T] [--threads N] [--decode M --cache-dtype bf16]
-//              [--attention-map map.svg --head H]
+//              [--attention-map map.svg --head H [--map-scale log|clip|linear]]
 //
 // Every failure exits non-zero with one message naming the file (and tensor); outputs are written
 // atomically, so a failed run leaves no partial file.
@@ -31,7 +31,7 @@ inline attend::MhaOptions threads_option(int threads) {
 namespace {
 
 struct Args {
-  std::string weights, input, output, prefix, cache_dtype = "f32", map_path;
+  std::string weights, input, output, prefix, cache_dtype = "f32", map_path, map_scale = "log";
   int64_t heads = 0, kv_heads = 0, decode = 0, head = 0;
   std::optional<double> rope_theta;
   bool causal = false;
@@ -126,7 +126,10 @@ int run(const Args& a) {
     const std::string title = "attention weights, head " + std::to_string(a.head) + " of " +
                               std::to_string(layer.config.n_heads) + (layer.config.causal ? " (causal)" : "") +
                               ", batch 0";
-    const std::string svg = io::attention_svg(w, tokens, tokens, title);
+    const io::MapScale scale = a.map_scale == "linear" ? io::MapScale::linear
+                               : a.map_scale == "clip" ? io::MapScale::clipped
+                                                       : io::MapScale::log;
+    const std::string svg = io::attention_svg(w, tokens, tokens, title, 256, scale);
     io::write_file_atomic(a.map_path, std::vector<unsigned char>(svg.begin(), svg.end()));
     map_note = ", map " + a.map_path;
   }
@@ -165,7 +168,13 @@ int main(int argc, char** argv) {
   app.add_option("--cache-dtype", a.cache_dtype, "KV cache storage with --decode: f32, bf16 or f16")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   auto* map = app.add_option("--attention-map", a.map_path, "write head --head's attention weights as an SVG heat map");
-  app.add_option("--head", a.head, "head for --attention-map")->needs(map);
+  auto* head = app.add_option("--head", a.head, "head for --attention-map (required with it)")->needs(map);
+  map->needs(head);
+  app.add_option("--map-scale", a.map_scale,
+                 "colour scale of --attention-map: log (default: every row's weights visible, also in long causal "
+                 "maps), clip (linear up to the 99th percentile) or linear")
+      ->check(CLI::IsMember({"log", "clip", "linear"}))
+      ->needs(map);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,10 @@ TEST(SafeTensors, ReadsF32Bf16F16) {
 
 TEST(SafeTensors, RejectsMalformedFiles) {
   expect_rejected(Bytes{1, 2, 3}, "truncated");
+  // Files of other formats are named: a .npy array (its header length would read as ~10^17 bytes)
+  // and a zip archive (PyTorch's .pt/.bin).
+  expect_rejected(npy_bytes(NpyArray{{2, 2}, std::vector<float>(4, 1.0f)}), "not a safetensors file: it is a .npy");
+  expect_rejected(Bytes{'P', 'K', 3, 4, 0, 0, 0, 0, 0, 0}, "not a safetensors file: it is a zip archive");
   expect_rejected(st_image("{}", 0, 1000), "beyond the file");
   expect_rejected(st_image("{\"a\": [", 0), "malformed JSON");
   expect_rejected(st_image("[1, 2]", 0), "not a JSON object");
@@ -211,6 +216,55 @@ TEST(SvgHeatmap, WellFormedAndDownsampled) {
   EXPECT_EQ(cells, 100u * 100u + 64u + 3u);  // cells, colour scale, background and two frames
 }
 
+// Every tick label on the axes is a multiple of a round step (1, 2 or 5 × 10^k).
+TEST(SvgHeatmap, RoundTicks) {
+  EXPECT_EQ(round_tick_step(6), 1);
+  EXPECT_EQ(round_tick_step(17), 5);
+  EXPECT_EQ(round_tick_step(100), 20);
+  EXPECT_EQ(round_tick_step(600), 100);
+  EXPECT_EQ(round_tick_step(1300), 500);
+  const int64_t n = 43;
+  const std::string svg = attention_svg(std::vector<float>(n * n, 1.0f / n), n, n, "t", 256);
+  int labels = 0;
+  for (size_t p = svg.find("text-anchor=\"middle\">"); p != std::string::npos;
+       p = svg.find("text-anchor=\"middle\">", p + 1)) {
+    const size_t at = p + std::string("text-anchor=\"middle\">").size();
+    if (!std::isdigit(static_cast<unsigned char>(svg[at]))) continue;
+    EXPECT_EQ(std::stoll(svg.substr(at)) % round_tick_step(n), 0) << svg.substr(at, 8);
+    ++labels;
+  }
+  EXPECT_GE(labels, 4);
+}
+
+// A causal map's weights fall like 1/(i+1) along the rows: on a linear scale most rows are in the
+// bottom colour; on the log scale the rows are spread across the bar, and masked cells are grey.
+TEST(SvgHeatmap, LogAndClippedScalesShowEveryRow) {
+  const int64_t n = 200;
+  std::vector<float> w(static_cast<size_t>(n * n), 0.0f);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j <= i; ++j) w[static_cast<size_t>(i * n + j)] = 1.0f / static_cast<float>(i + 1);
+  auto distinct_fills = [](const std::string& svg) {
+    std::set<std::string> fills;
+    for (size_t p = svg.find("fill=\"#"); p != std::string::npos; p = svg.find("fill=\"#", p + 1))
+      fills.insert(svg.substr(p + 6, 7));
+    return fills;
+  };
+  const std::string linear = attention_svg(w, n, n, "c", 256, MapScale::linear);
+  const std::string log = attention_svg(w, n, n, "c", 256, MapScale::log);
+  const std::string clipped = attention_svg(w, n, n, "c", 256, MapScale::clipped);
+  EXPECT_NE(log.find("#d9d9d9"), std::string::npos) << "masked cells are grey on the log scale";
+  EXPECT_EQ(linear.find("#d9d9d9"), std::string::npos);
+  // Rows 100 and 150 (weights 1/101 and 1/151 of the top) are told apart on the log scale.
+  auto row_fill = [&](const std::string& svg, int64_t row) {
+    const size_t p = svg.find("y=\"" + std::to_string(50 + row * 512 / n) + ".");
+    return svg.substr(svg.find("fill=\"#", p) + 6, 7);
+  };
+  EXPECT_NE(row_fill(log, 100), row_fill(log, 150));
+  EXPECT_GT(distinct_fills(log).size(), distinct_fills(linear).size());
+  EXPECT_NE(clipped.find("clipped at the 99th percentile"), std::string::npos);
+  EXPECT_NE(log.find(">1e0<"), std::string::npos) << "decade labels on the log bar";
+}
+
 // attend-run itself: each bad input exits 1 with one message naming the file (and tensor), and
 // leaves no output file behind.
 class AttendRunErrors : public ::testing::Test {
@@ -267,6 +321,30 @@ TEST_F(AttendRunErrors, EachBadInputFailsCleanly) {
   expect_failure(ok + " --decode 9", "--decode 9 must be within [0, 3]");
   expect_failure(ok + " --attention-map " + path("m.svg") + " --head 7", "--head 7 outside [0, 4)");
   EXPECT_FALSE(std::filesystem::exists(path("m.svg")));
+  // --attention-map without --head used to draw head 0 silently.
+  expect_failure(ok + " --attention-map " + path("m.svg"), "--head");
+  EXPECT_FALSE(std::filesystem::exists(path("m.svg")));
+  write("x_as_weights.npy", npy_bytes(NpyArray{{3, 16}, std::vector<float>(48, 0.1f)}));
+  expect_failure("-w " + path("x_as_weights.npy") + " -i " + path("x.npy") + " --heads 4",
+                 "x_as_weights.npy: not a safetensors file");
+}
+
+// attend-info: --help prints usage and succeeds (it used to exit 2); --json prints one object.
+TEST(AttendInfo, HelpAndJson) {
+  const std::string out =
+      (std::filesystem::temp_directory_path() / ("attend_info_" + std::to_string(::getpid()))).string();
+  int rc = std::system((std::string(ATTEND_INFO_PATH) + " --help >" + out + " 2>&1").c_str());
+  ASSERT_TRUE(WIFEXITED(rc));
+  EXPECT_EQ(WEXITSTATUS(rc), 0);
+  std::string text((std::istreambuf_iterator<char>(std::ifstream(out).rdbuf())), {});
+  EXPECT_NE(text.find("--json"), std::string::npos) << text;
+  rc = std::system((std::string(ATTEND_INFO_PATH) + " --json >" + out).c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 0);
+  text.assign((std::istreambuf_iterator<char>(std::ifstream(out).rdbuf())), {});
+  EXPECT_EQ(text.rfind("{\"attend_version\"", 0), 0u) << text;
+  rc = std::system((std::string(ATTEND_INFO_PATH) + " --no-such-flag >/dev/null 2>&1").c_str());
+  EXPECT_NE(WEXITSTATUS(rc), 0);
+  std::filesystem::remove(out);
 }
 
 }  // namespace

@@ -44,12 +44,20 @@ SafeTensors SafeTensors::load(const std::string& path) {
 SafeTensors SafeTensors::parse(std::vector<unsigned char> bytes, const std::string& name) {
   SafeTensors st;
   st.name_ = name;
+  // A file of another format gets named rather than parsed as an absurd header length.
+  static const unsigned char kNpyMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+  if (bytes.size() >= 6 && std::equal(kNpyMagic, kNpyMagic + 6, bytes.begin()))
+    fail(name, "not a safetensors file: it is a .npy array (attend-run takes weights as .safetensors, inputs as .npy)");
+  if (bytes.size() >= 4 && bytes[0] == 'P' && bytes[1] == 'K' && bytes[2] == 3 && bytes[3] == 4)
+    fail(name,
+         "not a safetensors file: it is a zip archive (a PyTorch .pt/.bin checkpoint?); convert it to "
+         ".safetensors");
   if (bytes.size() < 8) fail(name, "truncated: " + std::to_string(bytes.size()) + " bytes, no 8-byte header length");
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | bytes[static_cast<size_t>(i)];
   if (header_len > bytes.size() - 8)
     fail(name, "header length " + std::to_string(header_len) + " is beyond the file (" + std::to_string(bytes.size()) +
-                   " bytes)");
+                   " bytes): not a safetensors file, or a truncated one");
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + 8 + static_cast<std::ptrdiff_t>(header_len));

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <vector>
 
 namespace attend::io {
 namespace {
@@ -41,8 +42,16 @@ std::string escape(const std::string& s) {
 
 }  // namespace
 
+int64_t round_tick_step(int64_t n, int target) {
+  const double raw = std::max(1.0, static_cast<double>(n) / target);
+  double base = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 5.0, 10.0})
+    if (m * base >= raw) return static_cast<int64_t>(m * base);
+  return static_cast<int64_t>(10 * base);
+}
+
 std::string attention_svg(const std::vector<float>& w, int64_t rows, int64_t cols, const std::string& title,
-                          int64_t max_cells) {
+                          int64_t max_cells, MapScale scale) {
   const int64_t R = std::max<int64_t>(1, std::min(rows, max_cells)),
                 C = std::max<int64_t>(1, std::min(cols, max_cells));
   // Block averages: output cell (i, j) covers rows [i·rows/R, (i+1)·rows/R) and likewise columns.
@@ -61,6 +70,24 @@ std::string attention_svg(const std::vector<float>& w, int64_t rows, int64_t col
       vmax = std::max(vmax, v);
     }
   if (vmax <= 0.0) vmax = 1.0;
+  // The scale: t(v) in [0, 1] for a cell value v; labels for the colour bar.
+  double top_value = vmax;
+  if (scale == MapScale::clipped) {
+    std::vector<double> nonzero;
+    for (double v : cell)
+      if (v > 0.0) nonzero.push_back(v);
+    if (!nonzero.empty()) {
+      const size_t k = static_cast<size_t>(0.99 * static_cast<double>(nonzero.size() - 1));
+      std::nth_element(nonzero.begin(), nonzero.begin() + static_cast<std::ptrdiff_t>(k), nonzero.end());
+      top_value = std::max(nonzero[k], 1e-30);
+    }
+  }
+  const double log_top = std::ceil(std::log10(vmax)), log_bottom = log_top - 4.0;  // four decades
+  auto t_of = [&](double v) {
+    if (scale == MapScale::log) return v > 0.0 ? (std::log10(v) - log_bottom) / (log_top - log_bottom) : -1.0;
+    return v / top_value;
+  };
+  auto fill = [&](double v) { return t_of(v) < 0.0 ? std::string("#d9d9d9") : colour(t_of(v)); };
   const double plot = 512.0, left = 70.0, top = 50.0, cw = plot / C, ch = plot / R;
   std::ostringstream s;
   s.setf(std::ios::fixed);
@@ -74,12 +101,12 @@ std::string attention_svg(const std::vector<float>& w, int64_t rows, int64_t col
   for (int64_t i = 0; i < R; ++i)
     for (int64_t j = 0; j < C; ++j)
       s << "<rect x=\"" << left + j * cw << "\" y=\"" << top + i * ch << "\" width=\"" << cw + 0.05 << "\" height=\""
-        << ch + 0.05 << "\" fill=\"" << colour(cell[static_cast<size_t>(i * C + j)] / vmax) << "\"/>\n";
+        << ch + 0.05 << "\" fill=\"" << fill(cell[static_cast<size_t>(i * C + j)]) << "\"/>\n";
   s << "</g>\n<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << plot << "\" height=\"" << plot
     << "\" fill=\"none\" stroke=\"black\"/>\n";
-  // Axis ticks at about six evenly spaced token indices (original indices, also when downsampled).
+  // Axis ticks at round token indices, about six per axis (original indices, also when downsampled).
   auto ticks = [&](int64_t n, bool x_axis) {
-    const int64_t step = std::max<int64_t>(1, (n + 5) / 6);
+    const int64_t step = round_tick_step(n);
     for (int64_t t = 0; t < n; t += step) {
       const double at = (t + 0.5) / n * plot;
       if (x_axis)
@@ -106,9 +133,21 @@ std::string attention_svg(const std::vector<float>& w, int64_t rows, int64_t col
   s << "<rect x=\"" << bx << "\" y=\"" << top << "\" width=\"" << bw << "\" height=\"" << plot
     << "\" fill=\"none\" stroke=\"black\"/>\n";
   s.precision(3);
-  for (int k = 0; k <= 4; ++k)
-    s << "<text x=\"" << bx + bw + 6 << "\" y=\"" << top + plot * (1.0 - k / 4.0) + 4 << "\">" << vmax * k / 4.0
+  for (int k = 0; k <= 4; ++k) {
+    std::ostringstream label;
+    if (scale == MapScale::log) {
+      label << "1e" << static_cast<int>(log_bottom + k);
+    } else {
+      label.precision(3);
+      label << top_value * k / 4.0 << (scale == MapScale::clipped && k == 4 ? "+" : "");
+    }
+    s << "<text x=\"" << bx + bw + 6 << "\" y=\"" << top + plot * (1.0 - k / 4.0) + 4 << "\">" << label.str()
       << "</text>\n";
+  }
+  const char* scale_name = scale == MapScale::log       ? "log scale, grey: 0 (masked)"
+                           : scale == MapScale::clipped ? "clipped at the 99th percentile"
+                                                        : "linear scale";
+  s << "<text x=\"" << bx << "\" y=\"" << top + plot + 18 << "\" font-size=\"10\">" << scale_name << "</text>\n";
   if (rows > R || cols > C)
     s << "<text x=\"" << left << "\" y=\"40\" font-size=\"11\">(" << rows << "×" << cols << " averaged to " << R << "×"
       << C << " cells)</text>\n";
