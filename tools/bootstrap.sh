@@ -19,8 +19,8 @@ build="${BUILD_DIR:-$root/build}"
 jobs="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
 
 # Debian packages attend needs to build and benchmark. OpenMP comes with g++ (libgomp).
-packages=(g++ cmake make libdnnl-dev libxsimd-dev libgtest-dev libbenchmark-dev ocl-icd-opencl-dev
-  nlohmann-json3-dev libcli11-dev)
+# (oneDNN is used through its library and headers, so OpenCL's development files are not needed.)
+packages=(g++ cmake make libdnnl-dev libxsimd-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev)
 # The test suite also compares with PyTorch (Debian's torch belongs to /usr/bin/python3; without
 # OpenMP OpenBLAS it falls back to a reference BLAS ~10x slower), fuzzes with clang's libFuzzer,
 # checks the pkg-config file, and CI cross-builds the NEON path for aarch64 and runs it under qemu.

@@ -190,6 +190,31 @@ struct MultiHeadAttention::Impl {
     }
   }
 
+  // The workspace of a call projecting m = batch·tokens rows and (with a kernel table) attending over
+  // up to max_keys keys, reserved in one step, so the byte limit is checked before anything is computed.
+  // Returns where the projections land.
+  Projected reserve(detail::Lease& lease, const char* who, const kernels::KernelTable* table, int64_t batch,
+                    int64_t tokens, int64_t max_keys, bool want_q, bool want_kv, bool out) const {
+    const int64_t m = batch * tokens;
+    detail::Needs needs;
+    add_projection_needs(m, want_q, want_kv, out, needs);
+    if (table) detail::add_attention_needs(*table, batch, hq, hkv, tokens, max_keys, hd, hd, lease.threads(), needs);
+    lease.reserve(needs, who);
+    return projected(lease, m);
+  }
+
+  // The attention of a self-attention call: Q, K and V read straight out of the projection rows
+  // through strided views, the output into the lease's attention rows.
+  detail::AttentionCall self_attention(const char* who, const MhaOptions& opt, const Projected& p,
+                                       const detail::Lease& lease, int64_t batch, int64_t tokens) const {
+    detail::AttentionCall c = call(who, opt);
+    c.q = q_view(p, batch, tokens);
+    c.k = k_view(p, batch, tokens);
+    c.v = v_view(p, batch, tokens);
+    c.o = o_view(lease.get(detail::Slot::attention_out), batch, tokens);
+    return c;
+  }
+
   detail::AttentionCall call(const char* who, const MhaOptions& opt) const {
     detail::AttentionCall c;
     c.who = who;
@@ -201,8 +226,8 @@ struct MultiHeadAttention::Impl {
   }
 
   // Attention output rows → y through W_O.
-  void output(const float* attn, float* y, int64_t m, const detail::Lease& lease) const {
-    o->run(attn, y, m, lease.threads(), lease.get(detail::Slot::gemm_scratch));
+  void output(float* y, int64_t m, const detail::Lease& lease) const {
+    o->run(lease.get(detail::Slot::attention_out), y, m, lease.threads(), lease.get(detail::Slot::gemm_scratch));
   }
 
   // Stores `tokens` K/V rows of each sequence as the start of its slot (cross-attention memory).
@@ -292,18 +317,8 @@ void MultiHeadAttention::forward(const float* x, float* y, int64_t batch, int64_
   if (batch * tokens == 0) return;
   const int64_t m = batch * tokens;
   detail::Lease lease(opt.context, opt.num_threads);
-  detail::Needs needs;
-  s.add_projection_needs(m, true, true, true, needs);
-  detail::add_attention_needs(table, batch, s.hq, s.hkv, tokens, tokens, s.hd, s.hd, lease.threads(), needs);
-  lease.reserve(needs, who);
-
-  const Projected p = s.projected(lease, m);
-  float* attn = lease.get(detail::Slot::attention_out);
-  detail::AttentionCall c = s.call(who, opt);
-  c.q = s.q_view(p, batch, tokens);
-  c.k = s.k_view(p, batch, tokens);
-  c.v = s.v_view(p, batch, tokens);
-  c.o = s.o_view(attn, batch, tokens);
+  const Projected p = s.reserve(lease, who, &table, batch, tokens, tokens, true, true, true);
+  detail::AttentionCall c = s.self_attention(who, opt, p, lease, batch, tokens);
   c.causal = opt.causal.value_or(s.cfg.causal);
   c.kv_lens = opt.lengths;
   const detail::Checked checked = detail::validate(c);
@@ -316,7 +331,7 @@ void MultiHeadAttention::forward(const float* x, float* y, int64_t batch, int64_
     s.rope(p.k, p.ldkv, s.hkv, batch, tokens, pos);
   }
   detail::execute(c, checked, table, lease);
-  s.output(attn, y, m, lease);
+  s.output(y, m, lease);
 }
 
 void MultiHeadAttention::forward(std::span<const float> x, std::span<float> y, int64_t batch, int64_t tokens,
@@ -338,21 +353,10 @@ void MultiHeadAttention::forward_cached(const float* x, float* y, int64_t batch,
   if (batch * tokens == 0) return;
   const int64_t m = batch * tokens;
   detail::Lease lease(opt.context, opt.num_threads);
-  detail::Needs needs;
-  s.add_projection_needs(m, true, true, true, needs);
   const int64_t max_keys = *std::max_element(start.begin(), start.end()) + tokens;
-  detail::add_attention_needs(table, batch, s.hq, s.hkv, tokens, max_keys, s.hd, s.hd, lease.threads(), needs);
-  lease.reserve(needs, who);
-
-  // Append and attend through the one attention path, reading Q, K and V straight out of the
-  // projection rows through strided views.
-  const Projected p = s.projected(lease, m);
-  float* attn = lease.get(detail::Slot::attention_out);
-  detail::AttentionCall c = s.call(who, opt);
-  c.q = s.q_view(p, batch, tokens);
-  c.k = s.k_view(p, batch, tokens);
-  c.v = s.v_view(p, batch, tokens);
-  c.o = s.o_view(attn, batch, tokens);
+  const Projected p = s.reserve(lease, who, &table, batch, tokens, max_keys, true, true, true);
+  // Append and attend through the one attention path (all or nothing, see detail::execute).
+  detail::AttentionCall c = s.self_attention(who, opt, p, lease, batch, tokens);
   c.cache = &cache;
   c.seqs = seqs;
   c.append = true;
@@ -368,7 +372,7 @@ void MultiHeadAttention::forward_cached(const float* x, float* y, int64_t batch,
     s.rope(p.k, p.ldkv, s.hkv, batch, tokens, pos);
   }
   detail::execute(c, checked, table, lease);
-  s.output(attn, y, m, lease);
+  s.output(y, m, lease);
 }
 
 void MultiHeadAttention::forward_cached(std::span<const float> x, std::span<float> y, int64_t batch, int64_t tokens,
@@ -392,10 +396,7 @@ void MultiHeadAttention::set_memory(const float* memory, int64_t batch, int64_t 
   if (batch * tokens > 0) {
     const int64_t m = batch * tokens;
     detail::Lease lease(opt.context, opt.num_threads);
-    detail::Needs needs;
-    s.add_projection_needs(m, false, true, false, needs);
-    lease.reserve(needs, who);
-    const Projected p = s.projected(lease, m);
+    const Projected p = s.reserve(lease, who, nullptr, batch, tokens, 0, false, true, false);
     s.project(memory, m, false, true, p, lease);
     s.store_kv(cache, seqs, p, batch, tokens);
   }
@@ -420,19 +421,13 @@ void MultiHeadAttention::cross_attend(const float* x, float* y, int64_t batch, i
   if (batch * tokens == 0) return;
   const int64_t m = batch * tokens;
   detail::Lease lease(opt.context, opt.num_threads);
-  detail::Needs needs;
-  s.add_projection_needs(m, true, false, true, needs);
   const int64_t max_keys = *std::max_element(held.begin(), held.end());
-  detail::add_attention_needs(table, batch, s.hq, s.hkv, tokens, max_keys, s.hd, s.hd, lease.threads(), needs);
-  lease.reserve(needs, who);
-
-  const Projected p = s.projected(lease, m);
-  float* attn = lease.get(detail::Slot::attention_out);
+  const Projected p = s.reserve(lease, who, &table, batch, tokens, max_keys, true, false, true);
   detail::AttentionCall c = s.call(who, opt);
   c.q = s.q_view(p, batch, tokens);
   // No new tokens: K/V come from the cache only.
   c.k = c.v = TensorView(static_cast<const float*>(nullptr), {batch, s.hkv, 0, s.hd}, {0, 0, 0, 1});
-  c.o = s.o_view(attn, batch, tokens);
+  c.o = s.o_view(lease.get(detail::Slot::attention_out), batch, tokens);
   c.cache = const_cast<KVCache*>(&cache);  // read only: append is false
   c.seqs = seqs;
   c.append = false;
@@ -441,7 +436,7 @@ void MultiHeadAttention::cross_attend(const float* x, float* y, int64_t batch, i
 
   s.project(x, m, true, false, p, lease);
   detail::execute(c, checked, table, lease);
-  s.output(attn, y, m, lease);
+  s.output(y, m, lease);
 }
 
 void MultiHeadAttention::cross_attend(std::span<const float> x, std::span<float> y, int64_t batch, int64_t tokens,
@@ -464,10 +459,7 @@ std::vector<float> MultiHeadAttention::attention_weights(const float* x, int64_t
   std::vector<float> out(static_cast<size_t>(batch * nh * tokens * tokens), 0.0f);
   if (batch * tokens == 0 || nh == 0) return out;
   detail::Lease lease(opt.context, opt.num_threads);
-  detail::Needs needs;
-  s.add_projection_needs(batch * tokens, true, true, false, needs);
-  lease.reserve(needs, who);
-  const Projected p = s.projected(lease, batch * tokens);
+  const Projected p = s.reserve(lease, who, nullptr, batch, tokens, 0, true, true, false);
   s.project(x, batch * tokens, true, true, p, lease);
   if (s.cfg.rope) {
     const int64_t first = opt.first_position.value_or(0);

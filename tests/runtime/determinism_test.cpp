@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "../test_tensors.hpp"
+
 // Layer options that only set the thread count.
 inline attend::MhaOptions threads_option(int threads) {
   attend::MhaOptions o;
@@ -21,10 +23,7 @@ namespace {
 
 std::vector<float> random_vec(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(rng);
-  return v;
+  return random_values(rng, n);
 }
 
 // Runs `f(threads)` for each thread count and expects the same bits every time.

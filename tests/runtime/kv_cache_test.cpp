@@ -44,13 +44,10 @@ TEST_P(CachedAttention, MatchesReferenceOverStoredValues) {
         const int64_t B = 2, Hkv = 2, total = prefix + N;
         KVCache cache({Hkv, D, 3, 1600, dtype});
         std::mt19937 rng(static_cast<uint32_t>(D + prefix));
-        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
         // Full K/V [B, Hkv, total, D] as f32; the first `prefix` tokens are appended directly.
-        std::vector<float> k(static_cast<size_t>(B * Hkv * total * D)), v(k.size()),
-            q(static_cast<size_t>(B * Hq * N * D));
-        for (float& x : k) x = u(rng);
-        for (float& x : v) x = u(rng);
-        for (float& x : q) x = u(rng);
+        std::vector<float> k = random_values(rng, static_cast<size_t>(B * Hkv * total * D));
+        std::vector<float> v = random_values(rng, k.size());
+        const std::vector<float> q = random_values(rng, static_cast<size_t>(B * Hq * N * D));
         const int64_t seqs[] = {2, 0};
         for (int64_t b = 0; b < B; ++b)
           cache.append(seqs[b], TensorView(k.data() + b * Hkv * total * D, {1, Hkv, prefix, D}, {0, total * D, D, 1}),
@@ -79,12 +76,7 @@ TEST_P(CachedAttention, MatchesReferenceOverStoredValues) {
             reference_attention(TensorView::dense(static_cast<const float*>(q.data()), {B, Hq, N, D}),
                                 TensorView::dense(static_cast<const float*>(k.data()), {B, Hkv, total, D}),
                                 TensorView::dense(static_cast<const float*>(v.data()), {B, Hkv, total, D}), ref);
-        double worst = 0.0, scale = 1e-3;
-        for (size_t i = 0; i < o.size(); ++i) {
-          worst = std::max(worst, std::abs(o[i] - want[i]));
-          scale = std::max(scale, std::abs(want[i]));
-        }
-        EXPECT_LE(worst, 1e-5 * scale);
+        EXPECT_TRUE(close_to(o, want, 1e-5));
       }
 }
 

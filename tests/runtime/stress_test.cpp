@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "../test_tensors.hpp"
+
 // Layer options that only set the thread count.
 inline attend::MhaOptions threads_option(int threads) {
   attend::MhaOptions o;
@@ -90,12 +92,7 @@ TEST(Stress, SixteenThreadsRandomCacheOperations) {
   cfg.n_kv_heads = kKvHeads;
   cfg.rope = true;
   std::mt19937 rng(99);
-  std::uniform_real_distribution<float> u(-0.1f, 0.1f);
-  auto weights = [&](size_t n) {
-    std::vector<float> v(n);
-    for (float& x : v) x = u(rng);
-    return v;
-  };
+  auto weights = [&](size_t n) { return random_values(rng, n, -0.1f, 0.1f); };
   const auto wq = weights(kDm * kDm), wk = weights(kKvHeads * kHd * kDm), wv = weights(kKvHeads * kHd * kDm),
              wo = weights(kDm * kDm);
   MhaWeights w;
