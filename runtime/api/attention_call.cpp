@@ -48,17 +48,6 @@ bool overlaps(const Extent& a, const Extent& b) {
   return !a.empty && !b.empty && !(a.last < b.first || b.last < a.first);
 }
 
-void check_view(const char* who, const char* name, const TensorView& t) {
-  for (int i = 0; i < 4; ++i) {
-    if (t.dim(i) < 0) fail(who, std::string(name) + " has a negative dimension: shape " + dims(t.shape()));
-    if (t.stride(i) < 0) fail(who, std::string(name) + " has a negative stride: strides " + dims(t.strides()));
-  }
-  if (t.numel() > 0 && t.data() == nullptr)
-    fail(who, std::string(name) + " data is null (shape " + dims(t.shape()) + ")");
-  if (t.dim(3) > 1 && t.stride(3) != 1)
-    fail(who, std::string(name) + " last dimension must be contiguous (stride 1), strides " + dims(t.strides()));
-}
-
 // Distinct output elements must have distinct addresses, or threads would race on them.
 void check_no_self_overlap(const char* who, const TensorView& t) {
   int order[4] = {0, 1, 2, 3};
@@ -73,6 +62,17 @@ void check_no_self_overlap(const char* who, const TensorView& t) {
 }
 
 }  // namespace
+
+void check_view(const char* who, const char* name, const TensorView& t) {
+  for (int i = 0; i < 4; ++i) {
+    if (t.dim(i) < 0) fail(who, std::string(name) + " has a negative dimension: shape " + dims(t.shape()));
+    if (t.stride(i) < 0) fail(who, std::string(name) + " has a negative stride: strides " + dims(t.strides()));
+  }
+  if (t.numel() > 0 && t.data() == nullptr)
+    fail(who, std::string(name) + " data is null (shape " + dims(t.shape()) + ")");
+  if (t.dim(3) > 1 && t.stride(3) != 1)
+    fail(who, std::string(name) + " last dimension must be contiguous (stride 1), strides " + dims(t.strides()));
+}
 
 std::vector<int64_t> check_cache_batch(const char* who, const KVCache& cache, std::span<const int64_t> seqs,
                                        int64_t batch, int64_t new_tokens, int64_t kv_heads, int64_t head_dim) {

@@ -58,6 +58,10 @@ struct Checked {
 /// sequence ids and their capacity (ErrorCode::capacity). No side effects.
 ATTEND_INTERNAL Checked validate(const AttentionCall& call);
 
+/// The view checks of validate(): no negative dimension or stride, a contiguous last dimension, no
+/// null data under a non-empty view.
+ATTEND_INTERNAL void check_view(const char* who, const char* name, const TensorView& t);
+
 /// The cache part of validate(), for the layer's calls to run before they project anything.
 ATTEND_INTERNAL std::vector<int64_t> check_cache_batch(const char* who, const KVCache& cache,
                                                        std::span<const int64_t> seqs, int64_t batch, int64_t new_tokens,

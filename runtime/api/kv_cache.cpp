@@ -91,10 +91,7 @@ void check_new_kv(const char* who, const KVCacheConfig& c, const TensorView& k, 
     if (t->dim(0) != batch || t->dim(1) != c.kv_heads || t->dim(3) != c.head_dim || t->dim(2) < 0)
       fail(std::string(who) + ": k/v must be [" + std::to_string(batch) + ", " + std::to_string(c.kv_heads) + ", N, " +
            std::to_string(c.head_dim) + "], got k " + dims(k) + ", v " + dims(v));
-    for (int i = 0; i < 4; ++i)
-      if (t->stride(i) < 0) fail(std::string(who) + ": negative stride");
-    if (t->stride(3) != 1 && t->dim(3) > 1) fail(std::string(who) + ": k/v last dimension must be contiguous");
-    if (t->numel() > 0 && !t->data()) fail(std::string(who) + ": null k/v data");
+    detail::check_view(who, t == &k ? "k" : "v", *t);  // strides, contiguity, null data: as every entry point
   }
   if (k.dim(2) != v.dim(2)) fail(std::string(who) + ": k has " + dims(k) + " but v " + dims(v));
 }
@@ -117,10 +114,6 @@ void KVCache::append(int64_t seq, const TensorView& k, const TensorView& v) {
 
 void cached_attention(const TensorView& q, const TensorView& k_new, const TensorView& v_new, KVCache& cache,
                       std::span<const int64_t> seqs, const TensorView& o, const SdpaOptions& opt) {
-  if (!opt.kv_lens.empty() || opt.bias.data())
-    throw Error(ErrorCode::invalid_argument,
-                "cached_attention: kv_lens and bias are not supported (lengths come "
-                "from the cache)");
   detail::AttentionCall c;
   c.who = "cached_attention";
   c.q = q;
@@ -133,6 +126,8 @@ void cached_attention(const TensorView& q, const TensorView& k_new, const Tensor
   c.scale = opt.scale;
   c.causal = true;
   c.window = opt.window;
+  c.kv_lens = opt.kv_lens;  // rejected by the validator: lengths come from the cache
+  c.bias = opt.bias;
   c.num_threads = opt.num_threads;
   c.isa = opt.isa;
   c.context = opt.context;
