@@ -173,10 +173,8 @@ Checked validate(const AttentionCall& call) {
 exec::Problem build_problem(const AttentionCall& call, const Checked& s) {
   const TensorView &q = call.q, &o = call.o;
   exec::Problem p;
-  p.batch = s.B;
   p.q_heads = s.Hq;
   p.kv_heads = s.Hkv;
-  p.num_queries = s.Nq;
   p.head_dim = s.D;
   p.value_dim = s.Dv;
   p.q_head_stride = q.stride(1);
@@ -201,6 +199,8 @@ exec::Problem build_problem(const AttentionCall& call, const Checked& s) {
       e.k = KVCacheAccess::keys(cache, seq);
       e.v = KVCacheAccess::values(cache, seq);
       e.bias = nullptr;
+      e.pages = nullptr;
+      e.num_queries = s.Nq;
       e.num_keys = e.valid_keys = s.cached[static_cast<size_t>(b)] + (call.append ? s.Nq : 0);
     }
     return p;
@@ -224,6 +224,8 @@ exec::Problem build_problem(const AttentionCall& call, const Checked& s) {
     e.v = v.data() + b * v.stride(0);
     e.o = o.mutable_data() + b * o.stride(0);
     e.bias = call.bias.data() ? call.bias.data() + b * bstride[0] : nullptr;
+    e.pages = nullptr;
+    e.num_queries = s.Nq;
     e.num_keys = s.Nk;
     e.valid_keys = call.kv_lens.empty() ? s.Nk : call.kv_lens[static_cast<size_t>(b)];
   }
@@ -250,10 +252,9 @@ void execute(const AttentionCall& call, const Checked& s, const kernels::KernelT
     for (int64_t b = 0; b < s.B; ++b) {
       const int64_t seq = call.seqs[static_cast<size_t>(b)];
       for (int64_t h = 0; h < s.Hkv; ++h)
-        for (int64_t t = 0; t < s.Nq; ++t)
-          KVCacheAccess::store(cache, seq, h, s.cached[static_cast<size_t>(b)] + t,
-                               k.data() + b * k.stride(0) + h * k.stride(1) + t * k.stride(2),
-                               v.data() + b * v.stride(0) + h * v.stride(1) + t * v.stride(2));
+        KVCacheAccess::store(cache, seq, h, s.cached[static_cast<size_t>(b)], s.Nq,
+                             k.data() + b * k.stride(0) + h * k.stride(1), k.stride(2),
+                             v.data() + b * v.stride(0) + h * v.stride(1), v.stride(2));
     }
     for (int64_t b = 0; b < s.B; ++b)
       KVCacheAccess::set_length(cache, call.seqs[static_cast<size_t>(b)], s.cached[static_cast<size_t>(b)] + s.Nq);

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "../numeric/convert.hpp"
+#include "../cache/kv_store.hpp"
 #include "attention_call.hpp"
 #include "kv_cache_access.hpp"
 
@@ -24,9 +24,9 @@ const char* dtype_name(DType t) {
 
 struct KVCache::Impl {
   KVCacheConfig config;
-  int64_t head_elements = 0;  // one (slot, head)'s K (or V): capacity rounded up to a key block, × head_dim
-  size_t slot_bytes = 0;      // one slot's K (or V) storage
-  std::unique_ptr<unsigned char[]> keys, values;
+  // One page per slot of the capacity rounded up to whole key blocks: the paged cache's layout
+  // with pages as long as a sequence may grow.
+  detail::KvStore store;
   std::vector<int64_t> lengths;
   mutable std::atomic<int> use{0};  // detail::CacheUse: > 0 readers, −1 a modifier
 };
@@ -41,13 +41,8 @@ KVCache::KVCache(const KVCacheConfig& c) : impl_(std::make_unique<Impl>()) {
          std::to_string(c.head_dim) + ", " + std::to_string(c.slots) + ", " + std::to_string(c.capacity) + ")");
   if (c.capacity >= (int64_t{1} << 24)) fail("capacity must be below 2^24 tokens");
   impl_->config = c;
-  const int64_t element_bytes = c.dtype == DType::f32 ? 4 : 2;
   const int64_t stored = (c.capacity + kernels::kKeyBlock - 1) / kernels::kKeyBlock * kernels::kKeyBlock;
-  impl_->head_elements = stored * c.head_dim;
-  impl_->slot_bytes = static_cast<size_t>(c.kv_heads * impl_->head_elements * element_bytes);
-  const size_t total = impl_->slot_bytes * static_cast<size_t>(c.slots);
-  impl_->keys.reset(new unsigned char[total]());
-  impl_->values.reset(new unsigned char[total]());
+  impl_->store = detail::KvStore(c.dtype, c.kv_heads, c.head_dim, stored, c.slots);
   impl_->lengths.assign(static_cast<size_t>(c.slots), 0);
 }
 
@@ -75,7 +70,7 @@ void KVCache::truncate(int64_t seq, int64_t tokens) {
   impl_->lengths[static_cast<size_t>(seq)] = tokens;
 }
 
-size_t KVCache::memory_bytes() const { return 2 * impl_->slot_bytes * static_cast<size_t>(impl_->config.slots); }
+size_t KVCache::memory_bytes() const { return impl_->store.bytes(); }
 
 namespace {
 
@@ -106,9 +101,8 @@ void KVCache::append(int64_t seq, const TensorView& k, const TensorView& v) {
                                                 impl_->config.head_dim)[0];
   const int64_t n = k.dim(2);
   for (int64_t h = 0; h < impl_->config.kv_heads; ++h)
-    for (int64_t t = 0; t < n; ++t)
-      detail::KVCacheAccess::store(*this, seq, h, len + t, k.data() + h * k.stride(1) + t * k.stride(2),
-                                   v.data() + h * v.stride(1) + t * v.stride(2));
+    impl_->store.store(seq, h, len, n, k.data() + h * k.stride(1), k.stride(2), v.data() + h * v.stride(1),
+                       v.stride(2));
   impl_->lengths[static_cast<size_t>(seq)] = len + n;
 }
 
@@ -135,55 +129,18 @@ void cached_attention(const TensorView& q, const TensorView& k_new, const Tensor
 }
 
 namespace detail {
-kernels::KvType KVCacheAccess::kv_type(const KVCache& c) {
-  switch (c.impl_->config.dtype) {
-    case DType::bf16: return kernels::KvType::bf16;
-    case DType::f16: return kernels::KvType::f16;
-    case DType::f32: break;
-  }
-  return kernels::KvType::f32;
-}
-int64_t KVCacheAccess::head_stride(const KVCache& c) { return c.impl_->head_elements; }
-void* KVCacheAccess::keys(KVCache& c, int64_t seq) { return c.impl_->keys.get() + c.impl_->slot_bytes * seq; }
-void* KVCacheAccess::values(KVCache& c, int64_t seq) { return c.impl_->values.get() + c.impl_->slot_bytes * seq; }
-const void* KVCacheAccess::keys(const KVCache& c, int64_t seq) {
-  return c.impl_->keys.get() + c.impl_->slot_bytes * seq;
-}
-const void* KVCacheAccess::values(const KVCache& c, int64_t seq) {
-  return c.impl_->values.get() + c.impl_->slot_bytes * seq;
-}
+kernels::KvType KVCacheAccess::kv_type(const KVCache& c) { return c.impl_->store.kv_type(); }
+int64_t KVCacheAccess::head_stride(const KVCache& c) { return c.impl_->store.head_stride(); }
+const void* KVCacheAccess::keys(const KVCache& c, int64_t seq) { return c.impl_->store.keys(seq); }
+const void* KVCacheAccess::values(const KVCache& c, int64_t seq) { return c.impl_->store.values(seq); }
 int64_t KVCacheAccess::length(const KVCache& c, int64_t seq) { return c.impl_->lengths[static_cast<size_t>(seq)]; }
 std::atomic<int>& KVCacheAccess::use_state(const KVCache& c) { return c.impl_->use; }
 void KVCacheAccess::set_length(KVCache& c, int64_t seq, int64_t length) {
   c.impl_->lengths[static_cast<size_t>(seq)] = length;
 }
-void KVCacheAccess::store(KVCache& c, int64_t seq, int64_t head, int64_t pos, const float* k, const float* v) {
-  const KVCacheConfig& cfg = c.impl_->config;
-  const int64_t hd = cfg.head_dim, kb = kernels::kKeyBlock;
-  const int64_t head_at = head * c.impl_->head_elements;
-  // K blocked (element d of token pos at block pos / kb, row d, lane pos % kb), V row-major.
-  const size_t k_at = static_cast<size_t>(head_at + (pos / kb) * kb * hd + pos % kb);
-  const size_t v_at = static_cast<size_t>(head_at + pos * hd);
-  void* kp = keys(c, seq);
-  void* vp = values(c, seq);
-  switch (cfg.dtype) {
-    case DType::f32:
-      for (int64_t d = 0; d < hd; ++d) static_cast<float*>(kp)[k_at + static_cast<size_t>(d * kb)] = k[d];
-      std::memcpy(static_cast<float*>(vp) + v_at, v, sizeof(float) * hd);
-      break;
-    case DType::bf16:
-      for (int64_t d = 0; d < hd; ++d) {
-        static_cast<uint16_t*>(kp)[k_at + static_cast<size_t>(d * kb)] = numeric::to_bf16(k[d]);
-        static_cast<uint16_t*>(vp)[v_at + static_cast<size_t>(d)] = numeric::to_bf16(v[d]);
-      }
-      break;
-    case DType::f16:
-      for (int64_t d = 0; d < hd; ++d) {
-        static_cast<uint16_t*>(kp)[k_at + static_cast<size_t>(d * kb)] = numeric::to_f16(k[d]);
-        static_cast<uint16_t*>(vp)[v_at + static_cast<size_t>(d)] = numeric::to_f16(v[d]);
-      }
-      break;
-  }
+void KVCacheAccess::store(KVCache& c, int64_t seq, int64_t head, int64_t pos, int64_t count, const float* k,
+                          int64_t k_stride, const float* v, int64_t v_stride) {
+  c.impl_->store.store(seq, head, pos, count, k, k_stride, v, v_stride);
 }
 }  // namespace detail
 

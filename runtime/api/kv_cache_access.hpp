@@ -16,8 +16,6 @@ struct ATTEND_INTERNAL KVCacheAccess {
   /// K / V of `seq`, kv head 0, token 0. Heads are head_stride() elements apart. V: token t's row at
   /// t·head_dim. K: blocked (kernels::FlashWork::k_blocked), kernels::kKeyBlock tokens per block.
   static int64_t head_stride(const KVCache& c);
-  static void* keys(KVCache& c, int64_t seq);
-  static void* values(KVCache& c, int64_t seq);
   static const void* keys(const KVCache& c, int64_t seq);
   static const void* values(const KVCache& c, int64_t seq);
   static void set_length(KVCache& c, int64_t seq, int64_t length);
@@ -25,9 +23,10 @@ struct ATTEND_INTERNAL KVCacheAccess {
   static int64_t length(const KVCache& c, int64_t seq);
   /// The cache's use marker (detail::CacheUse).
   static std::atomic<int>& use_state(const KVCache& c);
-  /// Writes one token's K and V rows (head_dim f32 each) of kv head `head` at `pos`, converted to
-  /// the storage type. No checks: callers validated.
-  static void store(KVCache& c, int64_t seq, int64_t head, int64_t pos, const float* k, const float* v);
+  /// Writes `count` tokens' K and V rows (head_dim f32 each, k_stride / v_stride apart) of kv head
+  /// `head` at `pos` on, converted to the storage type. No checks: callers validated.
+  static void store(KVCache& c, int64_t seq, int64_t head, int64_t pos, int64_t count, const float* k, int64_t k_stride,
+                    const float* v, int64_t v_stride);
 };
 
 }  // namespace attend::detail

@@ -234,12 +234,10 @@ struct MultiHeadAttention::Impl {
   void store_kv(KVCache& cache, std::span<const int64_t> seqs, const Projected& p, int64_t batch,
                 int64_t tokens) const {
     for (int64_t b = 0; b < batch; ++b)
-      for (int64_t t = 0; t < tokens; ++t) {
-        const float* krow = p.k + (b * tokens + t) * p.ldkv;
-        const float* vrow = p.v + (b * tokens + t) * p.ldkv;
-        for (int64_t h = 0; h < hkv; ++h)
-          detail::KVCacheAccess::store(cache, seqs[static_cast<size_t>(b)], h, t, krow + h * hd, vrow + h * hd);
-      }
+      for (int64_t h = 0; h < hkv; ++h)
+        detail::KVCacheAccess::store(cache, seqs[static_cast<size_t>(b)], h, 0, tokens,
+                                     p.k + b * tokens * p.ldkv + h * hd, p.ldkv, p.v + b * tokens * p.ldkv + h * hd,
+                                     p.ldkv);
   }
 };
 

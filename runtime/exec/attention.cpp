@@ -10,12 +10,77 @@
 namespace attend::exec {
 
 namespace {
+
 size_t thread_stride(const plan::AttentionPlan& p) { return (p.scratch_floats + 15) / 16 * 16; }  // 64-byte aligned
-int64_t max_keys_of(const Problem& pr) {
-  int64_t max_keys = 0;
-  for (const BatchEntry& e : pr.entries) max_keys = std::max(max_keys, e.num_keys);
-  return max_keys;
+
+// The plan of each entry, where its work items and split-K partial states start, and the order the
+// entries are scheduled in. Kept per thread so a warm caller allocates nothing.
+struct Schedule {
+  std::vector<plan::AttentionPlan> plans;  // per entry
+  std::vector<int64_t> first_item;         // per scheduled position, plus the total
+  std::vector<size_t> order;               // scheduled position → entry
+  std::vector<size_t> partial_at;          // per entry: offset of its split-K states (floats)
+  std::vector<int64_t> first_pair;         // per split entry (merge order), plus the total
+  std::vector<size_t> split_entries;       // entries with key_splits > 1
+  size_t partial_floats = 0, stride = 0;
+};
+
+Schedule& schedule_for(const Problem& pr, const kernels::KernelTable& table) {
+  thread_local Schedule s;
+  const size_t n = pr.entries.size();
+  s.plans.resize(n);
+  s.order.resize(n);
+  s.partial_at.resize(n);
+  s.first_item.resize(n + 1);
+  s.split_entries.clear();
+  s.first_pair.clear();
+  if (!pr.plan_each_entry) {
+    int64_t max_keys = 0;
+    for (const BatchEntry& e : pr.entries) max_keys = std::max(max_keys, e.num_keys);
+    const int64_t nq = n ? pr.entries[0].num_queries : 0;
+    const plan::AttentionPlan p = plan::make_plan(table, static_cast<int64_t>(n), pr.q_heads, pr.kv_heads, nq, max_keys,
+                                                  pr.head_dim, pr.value_dim);
+    std::fill(s.plans.begin(), s.plans.end(), p);
+  } else {
+    for (size_t i = 0; i < n; ++i)
+      s.plans[i] = plan::make_plan(table, 1, pr.q_heads, pr.kv_heads, pr.entries[i].num_queries, pr.entries[i].num_keys,
+                                   pr.head_dim, pr.value_dim);
+  }
+  for (size_t i = 0; i < n; ++i) s.order[i] = i;
+  if (pr.plan_each_entry) {
+    // Heaviest entries first (a prompt chunk before the decodes), so the dynamic schedule ends on
+    // small items. Only the schedule changes: no entry's work is split differently.
+    const auto cost = [&](size_t i) {
+      return pr.entries[i].num_queries * std::max<int64_t>(1, pr.entries[i].num_keys);
+    };
+    std::stable_sort(s.order.begin(), s.order.end(), [&](size_t a, size_t b) { return cost(a) > cost(b); });
+  }
+  s.partial_floats = 0;
+  s.stride = 0;
+  int64_t items = 0;
+  for (size_t at = 0; at < n; ++at) {
+    const size_t i = s.order[at];
+    const plan::AttentionPlan& p = s.plans[i];
+    s.first_item[at] = items;
+    if (pr.entries[i].num_queries > 0) items += p.items() / std::max<int64_t>(1, p.batch);
+    s.stride = std::max(s.stride, thread_stride(p));
+  }
+  s.first_item[n] = items;
+  int64_t pairs = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const plan::AttentionPlan& p = s.plans[i];
+    s.partial_at[i] = s.partial_floats;
+    if (p.key_splits > 1 && pr.entries[i].num_queries > 0) {
+      s.partial_floats += p.partial_floats() / static_cast<size_t>(p.batch);
+      s.split_entries.push_back(i);
+      s.first_pair.push_back(pairs);
+      pairs += p.kv_heads;
+    }
+  }
+  s.first_pair.push_back(pairs);
+  return s;
 }
+
 }  // namespace
 
 void add_attention_needs(const kernels::KernelTable& table, int64_t batch, int64_t q_heads, int64_t kv_heads,
@@ -30,36 +95,42 @@ void add_attention_needs(const kernels::KernelTable& table, int64_t batch, int64
 }
 
 void add_attention_needs(const kernels::KernelTable& table, const Problem& pr, int threads, detail::Needs& needs) {
-  add_attention_needs(table, pr.batch, pr.q_heads, pr.kv_heads, pr.num_queries, max_keys_of(pr), pr.head_dim,
-                      pr.value_dim, threads, needs);
+  if (pr.entries.empty() || pr.q_heads == 0) return;
+  const Schedule& s = schedule_for(pr, table);
+  const int64_t items = s.first_item.back();
+  if (items == 0) return;
+  const int64_t t = std::min<int64_t>(std::max(threads, 1), items);
+  needs[detail::Slot::tile_scratch] += static_cast<size_t>(t) * s.stride;
+  needs[detail::Slot::split_partials] += s.partial_floats;
 }
 
 void run_attention(const Problem& pr, const kernels::KernelTable& table, const detail::Lease& lease) {
-  if (pr.batch == 0 || pr.q_heads == 0 || pr.num_queries == 0) return;
-  const int64_t max_keys = max_keys_of(pr);
-  // Splits are planned for the longest entry; a shorter entry's extra splits are empty and merge
-  // as nothing. Only the shape decides them, so results do not depend on the thread count.
-  const plan::AttentionPlan p =
-      plan::make_plan(table, pr.batch, pr.q_heads, pr.kv_heads, pr.num_queries, max_keys, pr.head_dim, pr.value_dim);
+  if (pr.entries.empty() || pr.q_heads == 0) return;
+  const Schedule& s = schedule_for(pr, table);
+  const int64_t items = s.first_item.back();
+  if (items == 0) return;
   const int nthreads = lease.threads();
-  float* partial = p.key_splits > 1 ? lease.get(detail::Slot::split_partials) : nullptr;
+  float* partial = s.partial_floats ? lease.get(detail::Slot::split_partials) : nullptr;
   float* scratch = lease.get(detail::Slot::tile_scratch);
-  const size_t stride = thread_stride(p);
   const int64_t Dv = pr.value_dim;
   const size_t kv_elem = pr.kv_type == kernels::KvType::f32 ? 4 : 2;
 
-  // Items in head-major order, heaviest row block first within a head (causal rows late in the
-  // sequence see more keys), so both threads walk the same head's K/V while it is in cache.
+  // Items entry by entry in schedule order; within an entry head-major, heaviest row block first
+  // (causal rows late in the sequence see more keys), so both threads walk the same head's K/V
+  // while it is in cache.
   auto run_item = [&](int64_t item, int thread) {
-    int64_t rest = item;
+    const size_t at =
+        static_cast<size_t>(std::upper_bound(s.first_item.begin(), s.first_item.end(), item) - s.first_item.begin()) -
+        1;
+    const size_t b = s.order[at];
+    const plan::AttentionPlan& p = s.plans[b];
+    const BatchEntry& e = pr.entries[b];
+    int64_t rest = item - s.first_item[at];
     const int64_t split = rest % p.key_splits;
     rest /= p.key_splits;
     const int64_t block = p.row_blocks - 1 - rest % p.row_blocks;
-    rest /= p.row_blocks;
-    const int64_t hkv = rest % p.kv_heads;
-    const int64_t b = rest / p.kv_heads;
+    const int64_t hkv = rest / p.row_blocks;
     const int64_t h0 = hkv * p.group;
-    const BatchEntry& e = pr.entries[static_cast<size_t>(b)];
 
     kernels::FlashWork w{};
     w.q = e.q + h0 * pr.q_head_stride;
@@ -71,6 +142,9 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     w.v = static_cast<const char*>(e.v) + static_cast<size_t>(hkv * pr.v_head_stride) * kv_elem;
     w.v_row_stride = pr.v_row_stride;
     w.kv_type = pr.kv_type;
+    w.pages = e.pages;
+    w.page_tokens = pr.page_tokens;
+    w.page_stride = pr.page_stride;
     if (e.bias) {
       w.bias = e.bias + h0 * pr.bias_head_stride;
       w.bias_head_stride = pr.bias_head_stride;
@@ -79,11 +153,11 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     }
     w.group = p.group;
     w.row_begin = block * p.block_rows;
-    w.row_count = std::min(p.block_rows, p.group_rows - w.row_begin);
+    w.row_count = std::min(p.block_rows, p.group * e.num_queries - w.row_begin);
     w.head_dim = pr.head_dim;
     w.value_dim = Dv;
     w.num_keys = e.num_keys;
-    w.num_queries = pr.num_queries;
+    w.num_queries = e.num_queries;
     w.valid_keys = e.valid_keys;
     w.causal = pr.causal;
     w.window = pr.window;
@@ -93,23 +167,30 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     w.o = e.o + h0 * pr.o_head_stride;
     w.o_head_stride = pr.o_head_stride;
     w.o_row_stride = pr.o_row_stride;
-    if (partial) {
-      // [b][hkv][split][row][Dv + 2]: accumulators first, then (max, sum) pairs.
-      float* base = partial + ((b * p.kv_heads + hkv) * p.key_splits + split) * p.group_rows * (Dv + 2);
+    if (p.key_splits > 1) {
+      // Per entry [hkv][split][row][Dv + 2]: accumulators first, then (max, sum) pairs.
+      float* base = partial + s.partial_at[b] +
+                    static_cast<size_t>((hkv * p.key_splits + split) * kernels::split_state_floats(p.group_rows, Dv));
       w.partial_acc = base;
       w.partial_ml = base + p.group_rows * Dv;
     }
-    p.flash_for(w.row_count)(w, scratch + static_cast<size_t>(thread) * stride);
+    if (w.row_count > 0) p.flash_for(w.row_count)(w, scratch + static_cast<size_t>(thread) * s.stride);
   };
-  parallel::parallel_for(p.items(), nthreads, run_item);
+  parallel::parallel_for(items, nthreads, run_item);
   if (!partial) return;
 
-  // Merge the split-K partial states of each (batch, kv head).
-  auto merge = [&](int64_t bh, int) {
-    const int64_t b = bh / p.kv_heads, hkv = bh % p.kv_heads;
-    const BatchEntry& e = pr.entries[static_cast<size_t>(b)];
+  // Merge the split-K partial states of each (entry, kv head) that was split.
+  auto merge = [&](int64_t pair, int) {
+    const size_t at =
+        static_cast<size_t>(std::upper_bound(s.first_pair.begin(), s.first_pair.end(), pair) - s.first_pair.begin()) -
+        1;
+    const size_t b = s.split_entries[at];
+    const plan::AttentionPlan& p = s.plans[b];
+    const BatchEntry& e = pr.entries[b];
+    const int64_t hkv = pair - s.first_pair[at];
     kernels::SplitMergeArgs a;
-    a.partial = partial + bh * p.key_splits * kernels::split_state_floats(p.group_rows, Dv);
+    a.partial = partial + s.partial_at[b] +
+                static_cast<size_t>(hkv * p.key_splits * kernels::split_state_floats(p.group_rows, Dv));
     a.splits = p.key_splits;
     a.rows = p.group_rows;
     a.value_dim = Dv;
@@ -119,7 +200,7 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     a.o_row_stride = pr.o_row_stride;
     kernels::merge_key_splits(a);
   };
-  parallel::parallel_for(p.batch * p.kv_heads, nthreads, merge);
+  parallel::parallel_for(s.first_pair.back(), nthreads, merge);
 }
 
 }  // namespace attend::exec

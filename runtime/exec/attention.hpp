@@ -1,5 +1,5 @@
-// Runs attention over per-batch K/V storage: the executor behind scaled_dot_product_attention and
-// the layer's KV-cache paths. Plain data in, no public types: the api/ layer translates.
+// Runs attention over per-entry K/V storage: the executor behind scaled_dot_product_attention, the
+// KV-cache paths and paged attention. Plain data in, no public types: the api/ layer translates.
 #pragma once
 
 #include <cstddef>
@@ -11,41 +11,51 @@
 
 namespace attend::exec {
 
-/// Where batch entry b's tensors start (head 0) and how many keys it has.
+/// One sequence of the job: a batch entry of sdpa or a slot cache call, a chunk of a paged call.
+/// Its tensors start at head 0.
 struct BatchEntry {
   const float* q;
-  const void* k;  // elements of Problem::kv_type
+  const void* k;  // elements of Problem::kv_type (paged: this sequence's keys in pool page 0)
   const void* v;
   float* o;
-  const float* bias;   // (b, head 0) of the bias, or null
-  int64_t num_keys;    // Nk of this entry (causal alignment is bottom-right against it)
-  int64_t valid_keys;  // keys >= valid_keys are masked (<= num_keys)
+  const float* bias;     // (b, head 0) of the bias, or null
+  const int32_t* pages;  // paged K/V: the sequence's pool pages (kernels::FlashWork::pages), or null
+  int64_t num_queries;   // Nq of this entry
+  int64_t num_keys;      // Nk of this entry (causal alignment is bottom-right against it)
+  int64_t valid_keys;    // keys >= valid_keys are masked (<= num_keys)
 };
 
 struct Problem {
-  int64_t batch = 0, q_heads = 0, kv_heads = 0, num_queries = 0, head_dim = 0, value_dim = 0;
+  int64_t q_heads = 0, kv_heads = 0, head_dim = 0, value_dim = 0;
   // Element strides (heads, rows); K/V strides count elements of kv_type.
   int64_t q_head_stride = 0, q_row_stride = 0, k_head_stride = 0, k_row_stride = 0;
   int64_t v_head_stride = 0, v_row_stride = 0, o_head_stride = 0, o_row_stride = 0;
   int64_t bias_head_stride = 0, bias_row_stride = 0, bias_key_stride = 0;
   kernels::KvType kv_type = kernels::KvType::f32;
-  bool k_blocked = false;  // K in the blocked layout of a KV cache (kernels::FlashWork::k_blocked)
+  bool k_blocked = false;                    // K in the blocked layout of a KV cache (kernels::FlashWork::k_blocked)
+  int64_t page_tokens = 0, page_stride = 0;  // paged entries (kernels::FlashWork)
   bool causal = false;
   int64_t window = 0;
   float scale = 1.0f;  // already resolved (no 0 = 1/√D here)
+  /// How work is split. false (sdpa, the slot cache): the batch is planned as one — every entry
+  /// gets the plan of the longest, with split-K sized for the whole batch; entries have one
+  /// num_queries. true (paged calls): each entry is planned from its own shape alone, so its
+  /// result does not depend on the other entries (batch invariance).
+  bool plan_each_entry = false;
   std::vector<BatchEntry> entries;
 };
 
-/// Adds to `needs` the workspace run_attention takes for these sizes on `threads` threads:
-/// per-thread tile scratch and the split-K partial states.
+/// Adds to `needs` the workspace run_attention takes for a uniform batch of these sizes on
+/// `threads` threads: per-thread tile scratch and the split-K partial states.
 void add_attention_needs(const kernels::KernelTable& table, int64_t batch, int64_t q_heads, int64_t kv_heads,
                          int64_t num_queries, int64_t max_keys, int64_t head_dim, int64_t value_dim, int threads,
                          detail::Needs& needs);
-/// The same for a built problem.
+/// The same for a built problem (entries' shapes and plan_each_entry are what count).
 void add_attention_needs(const kernels::KernelTable& table, const Problem& p, int threads, detail::Needs& needs);
 
 /// Computes every output row of `p` with `table`'s kernels on lease.threads() threads, with the
-/// lease's workspace (reserved with at least add_attention_needs). Deterministic for any thread count.
+/// lease's workspace (reserved with at least add_attention_needs). Deterministic for any thread
+/// count; with plan_each_entry, an entry's bits do not depend on the other entries either.
 void run_attention(const Problem& p, const kernels::KernelTable& table, const detail::Lease& lease);
 
 }  // namespace attend::exec

@@ -8,6 +8,7 @@
 #include "kernel_table.hpp"
 #include "simd/convert.hpp"
 #include "tile_traits.hpp"
+#include "ukernel/pv_tile.hpp"
 
 namespace attend::kernels {
 namespace {
@@ -83,26 +84,82 @@ void to_f32_panel(const E* src, int64_t ld, int64_t keys, int64_t cols, int64_t 
   }
 }
 
-// Key j's elements in a blocked K (FlashWork::k_blocked): D values kKeyBlock apart.
+// Where a work item's keys and values live: one contiguous run (sdpa's tensors, a slot cache) or
+// the pages of a paged cache (FlashWork::pages). Both layouts are the same within a run, so the
+// drivers walk a tile run by run and the microkernels never see pages.
 template <class E>
-inline const E* blocked_key(const E* k, int64_t j, int64_t depth) {
-  return k + (j / kKeyBlock) * kKeyBlock * depth + j % kKeyBlock;
-}
+struct KvSource {
+  const E* k;
+  const E* v;
+  const int32_t* pages;  // null: one run
+  int64_t page_tokens, page_stride, k_row_stride, v_row_stride, depth;
+
+  explicit KvSource(const FlashWork& w)
+      : k(static_cast<const E*>(w.k)),
+        v(static_cast<const E*>(w.v)),
+        pages(w.pages),
+        page_tokens(w.page_tokens),
+        page_stride(w.page_stride),
+        k_row_stride(w.k_row_stride),
+        v_row_stride(w.v_row_stride),
+        depth(w.head_dim) {}
+
+  // Keys from j to the end of its run (capped at `limit`).
+  int64_t run(int64_t j, int64_t limit) const { return pages ? min64(limit, page_tokens - j % page_tokens) : limit; }
+  // Elements from a head's page-0 base to key j's page, and j's index within that page.
+  int64_t page_offset(int64_t j) const { return pages ? pages[j / page_tokens] * page_stride : 0; }
+  int64_t in_page(int64_t j) const { return pages ? j % page_tokens : j; }
+  // Blocked K: the block [D][kKeyBlock] holding key j (j a multiple of kKeyBlock).
+  const E* key_block(int64_t j) const { return k + page_offset(j) + in_page(j) * depth; }
+  // Blocked K: key j's elements, kKeyBlock apart.
+  const E* blocked_key(int64_t j) const { return key_block(j - j % kKeyBlock) + j % kKeyBlock; }
+  // Row-major K (never paged): key j's row.
+  const E* key_row(int64_t j) const { return k + j * k_row_stride; }
+  // V row of key j.
+  const E* value(int64_t j) const { return v + page_offset(j) + in_page(j) * v_row_stride; }
+};
 
 // to_f32_panel for keys [j0, j0 + keys) of a blocked K.
 template <class E>
-void blocked_to_f32_panel(const E* k, int64_t j0, int64_t keys, int64_t depth, int64_t ldp, float* panel) {
+void blocked_to_f32_panel(const KvSource<E>& src, int64_t j0, int64_t keys, int64_t ldp, float* panel) {
+  const int64_t depth = src.depth;
   for (int64_t j = 0; j < keys; ++j) {
-    const E* in = blocked_key(k, j0 + j, depth);
+    const E* in = src.blocked_key(j0 + j);
     float* out = panel + j * ldp;
     for (int64_t d = 0; d < depth; ++d) out[d] = to_float(in[d * kKeyBlock]);
     for (int64_t d = depth; d < ldp; ++d) out[d] = 0.0f;
   }
 }
 
+// to_f32_panel for the V rows of keys [j0, j0 + keys), run by run.
+template <class E>
+void values_to_f32_panel(const KvSource<E>& src, int64_t j0, int64_t keys, int64_t cols, int64_t ldp, float* panel) {
+  for (int64_t j = 0; j < keys;) {
+    const int64_t n = src.run(j0 + j, keys - j);
+    to_f32_panel(src.value(j0 + j), src.v_row_stride, n, cols, ldp, panel + j * ldp);
+    j += n;
+  }
+}
+
+// P·V over keys [j0, j0 + nk) with V read in place, one pv_block per run: the first run rescales O
+// by alpha, the rest by `ones` (exact), so a tile split by pages gives the bits of one contiguous
+// call. pf_end > 0: V rows up to key j0 + pf_end exist and are prefetched (within each run).
+template <class Arch, class E>
+void pv_runs(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alpha, const float* ones, const float* p,
+             int64_t p_row_stride, int64_t p_key_stride, int64_t j0, int64_t nk, int64_t rows, int64_t value_vectors,
+             bool masked, int64_t pf_end) {
+  for (int64_t j = 0; j < nk;) {
+    const int64_t n = src.run(j0 + j, nk - j);
+    const int64_t pf = pf_end > 0 ? src.run(j0 + j, pf_end - j) : 0;
+    pv_block<Arch>(oacc, ldo, j == 0 ? alpha : ones, p + j * p_key_stride, p_row_stride, p_key_stride,
+                   src.value(j0 + j), src.v_row_stride, rows, value_vectors, n, masked, pf);
+    j += n;
+  }
+}
+
 // Scratch layout, in floats, each part 64-byte aligned.
 struct Layout {
-  int64_t qt, st, oacc, kpanel, vpanel, m, l, alpha, lo, hi, colmax, zeros, total;
+  int64_t qt, st, oacc, kpanel, vpanel, m, l, alpha, ones, lo, hi, colmax, zeros, total;
 };
 
 template <class Arch>
@@ -128,6 +185,7 @@ Layout make_layout(int64_t head_dim, int64_t value_dim, int64_t rows) {
   s.m = take(rows_p);
   s.l = take(rows_p);
   s.alpha = take(rows_p);
+  s.ones = take(rows_p);
   s.lo = take(rows_p);
   s.hi = take(rows_p);
   s.colmax = take(rows_p);

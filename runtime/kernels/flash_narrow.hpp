@@ -32,8 +32,12 @@ void flash_narrow(const FlashWork& w, float* scratch) {
   float* l = scratch + L.l;
   float* alpha = scratch + L.alpha;
   float* zeros = scratch + L.zeros;  // a zero K row (all-zero bits are 0 in every element type)
-  const E* kbase = static_cast<const E*>(w.k);
-  const E* vbase = static_cast<const E*>(w.v);
+  const KvSource<E> src(w);
+  float* ones = scratch + L.ones;
+  for (int64_t r = 0; r < nr; ++r) ones[r] = 1.0f;
+  // Blocked K: the addresses of a tile's blocks and of the next blocks (prefetched while scoring).
+  constexpr int64_t kTileBlocks = ldsn / kKeyBlock;
+  const E* blk[kTileBlocks + kMaxBlockedGroup];
   int64_t rlo[16], rhi[16];  // nr <= kNarrowMaxRows <= 8
 
   int64_t key_lo = w.key_end, key_hi = w.key_begin, max_lo = 0, min_hi = w.key_end;
@@ -70,10 +74,12 @@ void flash_narrow(const FlashWork& w, float* scratch) {
     // S = Q·Kᵀ. Row-major K: dot products along D, NR rows × W/NR keys per transpose-sum, so each K
     // vector loaded feeds NR FMAs. Blocked K: keys in lanes (blocked_scores).
     if (w.k_blocked) {
-      // The whole tile in one call: blocks of kKeyBlock keys ([D][kKeyBlock] each, contiguous).
+      // The whole tile in one call, blocks of kKeyBlock keys ([D][kKeyBlock] each) wherever they
+      // live, plus the blocks after it that exist (prefetched).
       const int64_t blocks = (nk + kKeyBlock - 1) / kKeyBlock;
-      const int64_t ahead = (key_hi - j0 + kKeyBlock - 1) / kKeyBlock;
-      blocked_scores_dispatch<Arch, E>(row_pack, kbase + j0 * depth, blocks, ahead, depth, qn, s, ldsn);
+      const int64_t known = min64(blocks + kMaxBlockedGroup, (key_hi - j0 + kKeyBlock - 1) / kKeyBlock);
+      for (int64_t b = 0; b < known; ++b) blk[b] = src.key_block(j0 + b * kKeyBlock);
+      blocked_scores_dispatch<Arch, E>(row_pack, blk, blocks, known, depth, qn, s, ldsn);
     } else {
       for (int64_t jg = 0; jg < nk; jg += W) {
         // Fetch the K rows of the next group while this one is scored. Measured in one process against
@@ -84,12 +90,12 @@ void flash_narrow(const FlashWork& w, float* scratch) {
         // requests over its FMAs (narrow_scores issues them per depth step): +1–10 points of stream
         // on D2/D3, most at high bandwidth; one row keeps the burst, which measured 2–3 points better.
         const int64_t pf_keys = min64(W, key_hi - (j0 + jg + W));
-        const E* next = pf_keys > 0 ? kbase + (j0 + jg + W) * w.k_row_stride : nullptr;
+        const E* next = pf_keys > 0 ? src.key_row(j0 + jg + W) : nullptr;
         const bool spread = row_pack > 1;
         if (next && !spread) prefetch_rows(next, w.k_row_stride, pf_keys, depth);
-        narrow_scores_dispatch<Arch, E>(row_pack, kbase + (j0 + jg) * w.k_row_stride, w.k_row_stride, min64(W, nk - jg),
-                                        qn, depth, reinterpret_cast<const E*>(zeros), s + jg, ldsn, nr,
-                                        spread ? next : nullptr, pf_keys);
+        narrow_scores_dispatch<Arch, E>(row_pack, src.key_row(j0 + jg), w.k_row_stride, min64(W, nk - jg), qn, depth,
+                                        reinterpret_cast<const E*>(zeros), s + jg, ldsn, nr, spread ? next : nullptr,
+                                        pf_keys);
       }
     }
     const bool whole = max_lo <= j0 && min_hi >= j0 + nk;
@@ -124,10 +130,10 @@ void flash_narrow(const FlashWork& w, float* scratch) {
       alpha[r] = a;
     }
     if (w.value_dim % W == 0) {  // V read (and widened) in place
-      pv_block<Arch>(oacc, dvp, alpha, s, ldsn, 1, vbase + j0 * w.v_row_stride, w.v_row_stride, nr, dvp / W, nk, masked,
-                     std::is_same_v<E, float> && nr == 1 ? 0 : key_hi - j0);
+      pv_runs<Arch>(src, oacc, dvp, alpha, ones, s, ldsn, 1, j0, nk, nr, dvp / W, masked,
+                    std::is_same_v<E, float> && nr == 1 ? 0 : key_hi - j0);
     } else {
-      to_f32_panel(vbase + j0 * w.v_row_stride, w.v_row_stride, nk, w.value_dim, dvp, scratch + L.vpanel);
+      values_to_f32_panel(src, j0, nk, w.value_dim, dvp, scratch + L.vpanel);
       pv_block<Arch>(oacc, dvp, alpha, s, ldsn, 1, scratch + L.vpanel, dvp, nr, dvp / W, nk, masked);
     }
   }

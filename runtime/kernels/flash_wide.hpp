@@ -86,8 +86,9 @@ void flash_wide(const FlashWork& w, float* scratch) {
   }
   std::memset(oacc, 0, sizeof(float) * ldr * dvp);
 
-  const E* kbase = static_cast<const E*>(w.k);
-  const E* vbase = static_cast<const E*>(w.v);
+  const KvSource<E> src(w);
+  float* ones = scratch + L.ones;
+  for (int64_t r = 0; r < ldr; ++r) ones[r] = 1.0f;
   constexpr bool kFloat = std::is_same_v<E, float>;
   const float* krow[kMaxScoreR];
   for (int64_t j0 = key_lo; j0 < key_hi; j0 += T::kBlockKeys) {
@@ -98,13 +99,13 @@ void flash_wide(const FlashWork& w, float* scratch) {
     const float* ktile;
     int64_t ldk;
     if (kFloat && !w.k_blocked) {
-      ktile = reinterpret_cast<const float*>(kbase + j0 * w.k_row_stride);
+      ktile = reinterpret_cast<const float*>(src.key_row(j0));
       ldk = w.k_row_stride;
     } else {
       if (w.k_blocked)
-        blocked_to_f32_panel(kbase, j0, nk, depth, depth, scratch + L.kpanel);
+        blocked_to_f32_panel(src, j0, nk, depth, scratch + L.kpanel);
       else
-        to_f32_panel(kbase + j0 * w.k_row_stride, w.k_row_stride, nk, depth, depth, scratch + L.kpanel);
+        to_f32_panel(src.key_row(j0), w.k_row_stride, nk, depth, depth, scratch + L.kpanel);
       ktile = scratch + L.kpanel;
       ldk = depth;
     }
@@ -165,10 +166,9 @@ void flash_wide(const FlashWork& w, float* scratch) {
     for (int n = 0; n < nvr; ++n)
       xsimd::fma(B::load_aligned(l + n * W), B::load_aligned(alpha + n * W), sum[n]).store_aligned(l + n * W);
     if (kFloat && w.value_dim % W == 0) {
-      pv_block<Arch>(oacc, dvp, alpha, st, 1, ldr, vbase + j0 * w.v_row_stride, w.v_row_stride, nr, dvp / W, nk,
-                     masked);
+      pv_runs<Arch>(src, oacc, dvp, alpha, ones, st, 1, ldr, j0, nk, nr, dvp / W, masked, 0);
     } else {  // pad (and widen) V rows so the microkernel never reads past a row
-      to_f32_panel(vbase + j0 * w.v_row_stride, w.v_row_stride, nk, w.value_dim, dvp, scratch + L.vpanel);
+      values_to_f32_panel(src, j0, nk, w.value_dim, dvp, scratch + L.vpanel);
       pv_block<Arch>(oacc, dvp, alpha, st, 1, ldr, scratch + L.vpanel, dvp, nr, dvp / W, nk, masked);
     }
   }

@@ -36,6 +36,12 @@ struct FlashWork {
   const void* v;
   int64_t v_row_stride;
   KvType kv_type;
+  // Paged K/V (a paged KV cache; needs k_blocked): null = one contiguous run as above. Otherwise
+  // key j lives in pool page pages[j / page_tokens] at in-page index j % page_tokens, laid out as
+  // above within the page; k and v address this kv head in pool page 0 and pool pages are
+  // page_stride elements apart. page_tokens is a multiple of kKeyBlock.
+  const int32_t* pages;
+  int64_t page_tokens, page_stride;
   // Optional additive bias for (b, first head of the group), in natural-log units (the kernel
   // multiplies by log2 e). Element (g, i, j) at bias[g*bias_head_stride + i*bias_row_stride +
   // j*bias_key_stride]; null when absent.

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <new>
 #include <type_traits>
+#include <vector>
 
 #include "../../runtime/kernels/simd/exp2.hpp"
 #include "../../runtime/kernels/tile_traits.hpp"
@@ -280,13 +281,19 @@ void blocked_cases(UkernelReport& r) {
           Buf<E> k(ahead * kKeyBlock * depth);
           for (int64_t i = 0; i < pack * depth; ++i) q[i] = rng.uniform();
           for (int64_t i = 0; i < ahead * kKeyBlock * depth; ++i) k[i] = make<E>(rng.uniform());
-          blocked_scores_dispatch<Arch, E>(pack, k.p, nb, ahead, depth, q.p, s.p, lds);
+          // Blocks are addressed one by one (a paged cache scatters them): block b is stored at
+          // slot `where(b)`, in reverse order, so a kernel that assumed consecutive blocks reads the
+          // wrong keys.
+          const auto where = [&](int64_t b) { return ahead - 1 - b; };
+          std::vector<const E*> blk(static_cast<size_t>(ahead));
+          for (int64_t b = 0; b < ahead; ++b) blk[static_cast<size_t>(b)] = k.p + where(b) * kKeyBlock * depth;
+          blocked_scores_dispatch<Arch, E>(pack, blk.data(), nb, ahead, depth, q.p, s.p, lds);
           ++r.cases;
           for (int64_t i = 0; i < pack; ++i)
             for (int64_t j = 0; j < nb * kKeyBlock; ++j) {
               double want = 0.0, mag = 0.0;
               for (int64_t d = 0; d < depth; ++d) {
-                const double kv = to_float(k[(j / kKeyBlock) * kKeyBlock * depth + d * kKeyBlock + j % kKeyBlock]);
+                const double kv = to_float(k[where(j / kKeyBlock) * kKeyBlock * depth + d * kKeyBlock + j % kKeyBlock]);
                 want += static_cast<double>(q[i * depth + d]) * kv;
                 mag += std::fabs(static_cast<double>(q[i * depth + d]) * kv);
               }

@@ -10,9 +10,12 @@
 namespace attend::kernels {
 namespace {
 
-// pack's padding rows have zero queries; scratch holds them).
+// S[NR][G·kKeyBlock] for G key blocks (blk[g] each [D][kKeyBlock]; a paged cache scatters them)
+// and NR query rows (q: NR rows of depth floats, pre-scaled; a pack's padding rows have zero
+// queries). pf: null, or the G blocks the next call reads, fetched a slice per depth step so the
+// requests are spread over the FMAs instead of stalling the core in a burst.
 template <class Arch, int NR, int G, class E>
-void blocked_scores(const E* blk, int64_t depth, const float* q, float* s, int64_t lds, const E* pf) {
+void blocked_scores(const E* const* blk, int64_t depth, const float* q, float* s, int64_t lds, const E* const* pf) {
   using B = vfloat<Arch>;
   constexpr int W = B::size;
   static_assert(kKeyBlock % W == 0, "a key block is a whole number of vectors");
@@ -22,19 +25,23 @@ void blocked_scores(const E* blk, int64_t depth, const float* q, float* s, int64
   for (int u = 0; u < U; ++u)
     for (int r = 0; r < NR; ++r)
       for (int v = 0; v < NV; ++v) acc[u][r][v] = B(0.0f);
-  // The next G blocks (as many bytes as this call reads) are prefetched a slice per step, so the
-  // requests are spread over the FMAs instead of stalling the core in a burst.
-  constexpr int64_t kSlice = G * kKeyBlock * U * static_cast<int64_t>(sizeof(E));
+  const E* b[G];
+  for (int g = 0; g < G; ++g) b[g] = blk[g];
+  // Bytes of one block a depth step reads; steps that start a cache line fetch it in every block.
+  constexpr int64_t kStep = kKeyBlock * U * static_cast<int64_t>(sizeof(E));
+  constexpr int64_t kLine = 64;
   for (int64_t d = 0; d < depth; d += U) {
     if (pf) {
-      const char* p = reinterpret_cast<const char*>(pf) + d / U * kSlice;
-      for (int64_t o = 0; o < kSlice; o += 64) __builtin_prefetch(p + o, 0, 3);
+      const int64_t at = d / U * kStep;
+      if (kStep >= kLine || at % kLine == 0)
+        for (int g = 0; g < G; ++g)
+          for (int64_t o = 0; o < (kStep > kLine ? kStep : kLine); o += kLine)
+            __builtin_prefetch(reinterpret_cast<const char*>(pf[g]) + at + o, 0, 3);
     }
     for (int u = 0; u < U; ++u) {
       B kv[NV];
       for (int g = 0; g < G; ++g)
-        for (int v = 0; v < KV; ++v)
-          kv[g * KV + v] = load_float<Arch>(blk + g * kKeyBlock * depth + (d + u) * kKeyBlock + v * W);
+        for (int v = 0; v < KV; ++v) kv[g * KV + v] = load_float<Arch>(b[g] + (d + u) * kKeyBlock + v * W);
       for (int r = 0; r < NR; ++r) {
         const B qb(q[r * depth + d + u]);
         for (int v = 0; v < NV; ++v) acc[u][r][v] = xsimd::fma(qb, kv[v], acc[u][r][v]);
@@ -57,37 +64,38 @@ constexpr int blocked_group(int nr) {
   return Tiles<Arch>::W == 16 && Tiles<Arch>::kManyRegs ? (nr == 1 ? 4 : 2) : 1;
 }
 
-// Scores `blocks` consecutive key blocks (G at a time, then one at a time) for a pack of NR rows;
-// `ahead` blocks from `blk` on exist (the next call's blocks among them are prefetched as the
-// scoring goes; nothing past them is touched).
+/// The most blocks a call reads (and prefetches) past the ones it scores.
+constexpr int kMaxBlockedGroup = 4;
+
+// Scores `blocks` key blocks (G at a time, then one at a time) for a pack of NR rows; blk[b] is
+// block b's address for b < `known` (known ≥ blocks; the blocks after the scored ones are the next
+// call's, prefetched as the scoring goes; nothing past them is touched).
 template <class Arch, int NR, class E>
-void blocked_scores_run(const E* blk, int64_t blocks, int64_t ahead, int64_t depth, const float* q, float* s,
+void blocked_scores_run(const E* const* blk, int64_t blocks, int64_t known, int64_t depth, const float* q, float* s,
                         int64_t lds) {
   constexpr int G = blocked_group<Arch>(NR);
-  const int64_t bd = kKeyBlock * depth;
   int64_t b = 0;
   for (; b + G <= blocks; b += G)  // (a partial last group ahead is left to the hardware)
-    blocked_scores<Arch, NR, G, E>(blk + b * bd, depth, q, s + b * kKeyBlock, lds,
-                                   b + 2 * G <= ahead ? blk + (b + G) * bd : nullptr);
+    blocked_scores<Arch, NR, G, E>(blk + b, depth, q, s + b * kKeyBlock, lds,
+                                   b + 2 * G <= known ? blk + b + G : nullptr);
   for (; b < blocks; ++b)
-    blocked_scores<Arch, NR, 1, E>(blk + b * bd, depth, q, s + b * kKeyBlock, lds,
-                                   b + 1 < ahead ? blk + (b + 1) * bd : nullptr);
+    blocked_scores<Arch, NR, 1, E>(blk + b, depth, q, s + b * kKeyBlock, lds, b + 1 < known ? blk + b + 1 : nullptr);
 }
 
 template <class Arch, class E>
-void blocked_scores_dispatch(int row_pack, const E* blk, int64_t blocks, int64_t ahead, int64_t depth, const float* q,
-                             float* s, int64_t lds) {
+void blocked_scores_dispatch(int row_pack, const E* const* blk, int64_t blocks, int64_t known, int64_t depth,
+                             const float* q, float* s, int64_t lds) {
   constexpr int kMax = Tiles<Arch>::kNarrowMaxRows;
   switch (row_pack) {
-    case 1: return blocked_scores_run<Arch, 1, E>(blk, blocks, ahead, depth, q, s, lds);
+    case 1: return blocked_scores_run<Arch, 1, E>(blk, blocks, known, depth, q, s, lds);
     case 2:
-      if constexpr (kMax >= 2) return blocked_scores_run<Arch, 2, E>(blk, blocks, ahead, depth, q, s, lds);
+      if constexpr (kMax >= 2) return blocked_scores_run<Arch, 2, E>(blk, blocks, known, depth, q, s, lds);
       break;
     case 4:
-      if constexpr (kMax >= 4) return blocked_scores_run<Arch, 4, E>(blk, blocks, ahead, depth, q, s, lds);
+      if constexpr (kMax >= 4) return blocked_scores_run<Arch, 4, E>(blk, blocks, known, depth, q, s, lds);
       break;
     case 8:
-      if constexpr (kMax >= 8) return blocked_scores_run<Arch, 8, E>(blk, blocks, ahead, depth, q, s, lds);
+      if constexpr (kMax >= 8) return blocked_scores_run<Arch, 8, E>(blk, blocks, known, depth, q, s, lds);
       break;
   }
 }

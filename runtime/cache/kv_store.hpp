@@ -1,0 +1,59 @@
+// The storage both KV caches share: a pool of pages, each holding `page_tokens` tokens of every kv
+// head, K blocked ([D][kKeyBlock] per kKeyBlock tokens, what decode scores without horizontal
+// sums) and V row-major. A slot cache (KVCache) is one page per sequence of its whole capacity; a
+// paged cache (PagedKVCache) gives each sequence a list of pages of block_tokens tokens. The
+// kernels read either through kernels::FlashWork (pages null for one page).
+#pragma once
+
+#include <attend/dtype.hpp>
+#include <cstddef>
+#include <cstdint>
+
+#include "../context/internal_api.hpp"
+#include "../kernels/kernel_table.hpp"
+
+namespace attend::detail {
+
+class ATTEND_INTERNAL KvStore {
+ public:
+  KvStore() = default;
+  /// Zero-filled pages, mapped lazily (untouched pages take no memory). page_tokens is a multiple
+  /// of kernels::kKeyBlock. Throws std::bad_alloc if the mapping fails.
+  KvStore(DType dtype, int64_t kv_heads, int64_t head_dim, int64_t page_tokens, int64_t pages);
+  ~KvStore();
+  KvStore(KvStore&&) noexcept;
+  KvStore& operator=(KvStore&&) noexcept;
+  KvStore(const KvStore&) = delete;
+  KvStore& operator=(const KvStore&) = delete;
+
+  kernels::KvType kv_type() const { return kv_type_; }
+  int64_t page_tokens() const { return page_tokens_; }
+  /// Elements between one kv head's data and the next within a page (page_tokens × head_dim).
+  int64_t head_stride() const { return page_tokens_ * head_dim_; }
+  /// Elements between the same head's data in consecutive pages.
+  int64_t page_stride() const { return kv_heads_ * head_stride(); }
+  /// Bytes of K and V together.
+  size_t bytes() const { return 2 * half_bytes_; }
+
+  /// K (blocked) / V of kv head 0 of `page` (head h is h·head_stride() elements further).
+  const void* keys(int64_t page) const { return keys_ + page_bytes() * static_cast<size_t>(page); }
+  const void* values(int64_t page) const { return values_ + page_bytes() * static_cast<size_t>(page); }
+
+  /// Writes `count` tokens of kv head `head` at in-page index `index` on: token t's K row at
+  /// k + t·k_stride, V row at v + t·v_stride (head_dim f32 each), converted to the storage type
+  /// (round to nearest even).
+  void store(int64_t page, int64_t head, int64_t index, int64_t count, const float* k, int64_t k_stride, const float* v,
+             int64_t v_stride);
+  /// Copies the first `tokens` tokens of every head of page `from` to page `to`.
+  void copy_page(int64_t from, int64_t to, int64_t tokens);
+
+ private:
+  size_t page_bytes() const { return static_cast<size_t>(page_stride()) * element_bytes_; }
+  kernels::KvType kv_type_ = kernels::KvType::f32;
+  int64_t kv_heads_ = 0, head_dim_ = 0, page_tokens_ = 0, pages_ = 0;
+  size_t element_bytes_ = 4, half_bytes_ = 0;
+  unsigned char* keys_ = nullptr;  // one mapping: K pages, then V pages
+  unsigned char* values_ = nullptr;
+};
+
+}  // namespace attend::detail
