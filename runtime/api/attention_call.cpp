@@ -139,7 +139,16 @@ Checked validate(const AttentionCall& call) {
     fail(who, "o overlaps an input" + shapes());
   if (call.check_output) check_no_self_overlap(who, o);
   s.max_keys = s.Nk;
-  if (call.cache) {
+  if (call.paged) {
+    const PagedKVCacheConfig& c = call.paged->config();
+    if (!call.kv_lens.empty() || call.bias.data()) fail(who, "kv_lens and bias are not supported with a cache");
+    if (s.B != 1) fail(who, "tokens are packed along dimension 2: the batch dimension must be 1" + shapes());
+    if (s.Nk != s.Nq) fail(who, "k_new/v_new must hold one token per query" + shapes());
+    if (s.Dv != s.D) fail(who, "v_new must have the head dim of q" + shapes());
+    if (c.kv_heads != s.Hkv || c.head_dim != s.D)
+      fail(who, "the cache holds " + std::to_string(c.kv_heads) + " kv heads of dim " + std::to_string(c.head_dim) +
+                    ", the call has " + std::to_string(s.Hkv) + " of dim " + std::to_string(s.D));
+  } else if (call.cache) {
     if (!call.kv_lens.empty() || call.bias.data()) fail(who, "kv_lens and bias are not supported with a cache");
     if (call.append && s.Nk != s.Nq) fail(who, "k_new/v_new must hold one token per query" + shapes());
     if (s.Dv != s.D) fail(who, "v_new must have the head dim of q" + shapes());

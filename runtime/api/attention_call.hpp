@@ -8,6 +8,7 @@
 #include <attend/error.hpp>
 #include <attend/isa.hpp>
 #include <attend/kv_cache.hpp>
+#include <attend/paged_kv_cache.hpp>
 #include <attend/tensor_view.hpp>
 #include <cstdint>
 #include <span>
@@ -34,7 +35,10 @@ struct AttentionCall {
   KVCache* cache = nullptr;       // attend over cached sequences (null: over k, v)
   std::span<const int64_t> seqs;  // with a cache: the sequence of each batch entry (distinct)
   bool append = true;             // with a cache: append k, v first
-  float scale = 0.0f;             // 0 = 1/√D
+  // A paged call: B = 1, k and v hold the T = Nq new tokens of the chunks (checked by PagedStep).
+  PagedKVCache* paged = nullptr;
+  std::span<const SequenceChunk> chunks;
+  float scale = 0.0f;  // 0 = 1/√D
   bool causal = false;
   int64_t window = 0;
   std::span<const int64_t> kv_lens;

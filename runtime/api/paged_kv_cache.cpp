@@ -1,0 +1,424 @@
+#include <algorithm>
+#include <atomic>
+#include <attend/error.hpp>
+#include <attend/paged_kv_cache.hpp>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../cache/kv_store.hpp"
+#include "../parallel/scheduler.hpp"
+#include "attention_call.hpp"
+#include "paged_step.hpp"
+
+namespace attend {
+
+namespace {
+// Masks compare key positions as f32 inside the kernels; they are exact below 2^24.
+constexpr int64_t kMaxTokens = int64_t{1} << 24;
+std::string str(int64_t v) { return std::to_string(v); }
+}  // namespace
+
+struct PagedKVCache::Impl {
+  struct Seq {
+    std::vector<int32_t> blocks;  // pool blocks, in token order
+    int64_t length = 0;
+    std::atomic<bool> busy{false};  // claimed by a call (detail::PagedStep and the methods below)
+  };
+
+  PagedKVCacheConfig config;
+  detail::KvStore store;
+
+  mutable std::mutex pool_mutex;  // free list and reference counts
+  std::vector<int32_t> free_list;
+  std::vector<int32_t> refs;  // sequences holding each block
+
+  mutable std::mutex seq_mutex;  // the sequence table
+  std::unordered_map<int64_t, std::unique_ptr<Seq>> seqs;
+  int64_t next_id = 0;
+
+  int64_t bt() const { return config.block_tokens; }
+  int64_t blocks_for(int64_t tokens) const { return (tokens + bt() - 1) / bt(); }
+
+  [[noreturn]] static void fail(const char* who, const std::string& m, ErrorCode code = ErrorCode::invalid_argument,
+                                int64_t missing = 0) {
+    throw Error(code, std::string(who) + ": " + m, missing);
+  }
+
+  // The sequence `id`, claimed (busy) for the caller; throws for an unknown or busy id.
+  Seq& claim(const char* who, int64_t id) {
+    std::lock_guard<std::mutex> lock(seq_mutex);
+    const auto it = seqs.find(id);
+    if (it == seqs.end()) fail(who, "unknown sequence id " + str(id));
+    bool expected = false;
+    if (!it->second->busy.compare_exchange_strong(expected, true))
+      fail(who, "sequence " + str(id) + " is in use by another call", ErrorCode::concurrent_use);
+    return *it->second;
+  }
+  const Seq& find(const char* who, int64_t id) const {
+    std::lock_guard<std::mutex> lock(seq_mutex);
+    const auto it = seqs.find(id);
+    if (it == seqs.end()) fail(who, "unknown sequence id " + str(id));
+    return *it->second;
+  }
+
+  // Blocks appending `tokens` to `s` takes from the pool now (new blocks + a copy of a shared,
+  // partially filled last block). Needs pool_mutex.
+  int64_t needed(const Seq& s, int64_t tokens) const {
+    if (tokens <= 0) return 0;
+    const int64_t grow = blocks_for(s.length + tokens) - static_cast<int64_t>(s.blocks.size());
+    const bool cow = s.length % bt() != 0 && refs[static_cast<size_t>(s.blocks.back())] > 1;
+    return grow + (cow ? 1 : 0);
+  }
+
+  // Makes `s` own writable blocks for `tokens` more tokens. Needs pool_mutex and enough free blocks.
+  void grow(Seq& s, int64_t tokens) {
+    if (tokens <= 0) return;
+    if (s.length % bt() != 0) {
+      int32_t& last = s.blocks.back();
+      if (refs[static_cast<size_t>(last)] > 1) {  // copy-on-write of the shared partial block
+        const int32_t copy = free_list.back();
+        free_list.pop_back();
+        store.copy_page(last, copy, s.length % bt());
+        --refs[static_cast<size_t>(last)];
+        refs[static_cast<size_t>(copy)] = 1;
+        last = copy;
+      }
+    }
+    for (int64_t n = blocks_for(s.length + tokens) - static_cast<int64_t>(s.blocks.size()); n > 0; --n) {
+      const int32_t b = free_list.back();
+      free_list.pop_back();
+      refs[static_cast<size_t>(b)] = 1;
+      s.blocks.push_back(b);
+    }
+  }
+
+  // Drops `s`'s blocks past the first `keep`. Needs pool_mutex.
+  void drop(Seq& s, size_t keep) {
+    for (size_t i = keep; i < s.blocks.size(); ++i) {
+      const int32_t b = s.blocks[i];
+      if (--refs[static_cast<size_t>(b)] == 0) free_list.push_back(b);
+    }
+    s.blocks.resize(std::min(keep, s.blocks.size()));
+  }
+};
+
+namespace {
+using Seq = PagedKVCache::Impl::Seq;
+
+// Releases a claim on scope exit.
+struct Unclaim {
+  Seq& s;
+  ~Unclaim() { s.busy.store(false); }
+};
+}  // namespace
+using Impl = PagedKVCache::Impl;
+
+PagedKVCache::PagedKVCache(const PagedKVCacheConfig& c) : impl_(std::make_unique<Impl>()) {
+  const char* who = "PagedKVCache";
+  if (c.kv_heads <= 0 || c.head_dim <= 0 || c.num_blocks <= 0 || c.block_tokens <= 0)
+    Impl::fail(who, "kv_heads, head_dim, num_blocks and block_tokens must be > 0 (got " + str(c.kv_heads) + ", " +
+                        str(c.head_dim) + ", " + str(c.num_blocks) + ", " + str(c.block_tokens) + ")");
+  if (c.block_tokens % kernels::kKeyBlock != 0)
+    Impl::fail(who, "block_tokens must be a multiple of 16, got " + str(c.block_tokens));
+  if (c.num_blocks >= (int64_t{1} << 31)) Impl::fail(who, "num_blocks must be below 2^31");
+  if (c.dtype != DType::f32 && c.dtype != DType::bf16 && c.dtype != DType::f16)
+    Impl::fail(who, "unknown dtype " + str(static_cast<int64_t>(c.dtype)));
+  Impl& s = *impl_;
+  s.config = c;
+  s.store = detail::KvStore(c.dtype, c.kv_heads, c.head_dim, c.block_tokens, c.num_blocks);
+  s.refs.assign(static_cast<size_t>(c.num_blocks), 0);
+  s.free_list.resize(static_cast<size_t>(c.num_blocks));
+  // Handed out from the back: block 0 first, so a fresh cache fills the pool front to back.
+  for (int64_t b = 0; b < c.num_blocks; ++b)
+    s.free_list[static_cast<size_t>(b)] = static_cast<int32_t>(c.num_blocks - 1 - b);
+}
+
+PagedKVCache::~PagedKVCache() = default;
+PagedKVCache::PagedKVCache(PagedKVCache&&) noexcept = default;
+PagedKVCache& PagedKVCache::operator=(PagedKVCache&&) noexcept = default;
+
+const PagedKVCacheConfig& PagedKVCache::config() const { return impl_->config; }
+
+int64_t PagedKVCache::create_sequence() {
+  auto seq = std::make_unique<Seq>();
+  seq->blocks.reserve(64);
+  std::lock_guard<std::mutex> lock(impl_->seq_mutex);
+  const int64_t id = impl_->next_id++;
+  impl_->seqs.emplace(id, std::move(seq));
+  return id;
+}
+
+int64_t PagedKVCache::fork(int64_t seq) {
+  Impl& s = *impl_;
+  Seq& src = s.claim("PagedKVCache::fork", seq);
+  const Unclaim unclaim{src};
+  auto copy = std::make_unique<Seq>();
+  copy->blocks.reserve(std::max<size_t>(64, src.blocks.capacity()));
+  copy->blocks = src.blocks;
+  copy->length = src.length;
+  {
+    std::lock_guard<std::mutex> lock(s.pool_mutex);
+    for (int32_t b : copy->blocks) ++s.refs[static_cast<size_t>(b)];
+  }
+  std::lock_guard<std::mutex> lock(s.seq_mutex);
+  const int64_t id = s.next_id++;
+  s.seqs.emplace(id, std::move(copy));
+  return id;
+}
+
+void PagedKVCache::release(int64_t seq) {
+  Impl& s = *impl_;
+  Seq& victim = s.claim("PagedKVCache::release", seq);
+  {
+    std::lock_guard<std::mutex> lock(s.pool_mutex);
+    s.drop(victim, 0);
+  }
+  std::lock_guard<std::mutex> lock(s.seq_mutex);
+  s.seqs.erase(seq);  // destroys `victim` (claimed, so no other call holds it)
+}
+
+int64_t PagedKVCache::length(int64_t seq) const { return impl_->find("PagedKVCache::length", seq).length; }
+
+int64_t PagedKVCache::blocks(int64_t seq) const {
+  return static_cast<int64_t>(impl_->find("PagedKVCache::blocks", seq).blocks.size());
+}
+
+void PagedKVCache::truncate(int64_t seq, int64_t tokens) {
+  Impl& s = *impl_;
+  Seq& q = s.claim("PagedKVCache::truncate", seq);
+  const Unclaim unclaim{q};
+  if (tokens < 0 || tokens > q.length)
+    Impl::fail("PagedKVCache::truncate",
+               "sequence " + str(seq) + " holds " + str(q.length) + " tokens; cannot keep " + str(tokens));
+  std::lock_guard<std::mutex> lock(s.pool_mutex);
+  s.drop(q, static_cast<size_t>(s.blocks_for(tokens)));
+  q.length = tokens;
+}
+
+int64_t PagedKVCache::free_blocks() const {
+  std::lock_guard<std::mutex> lock(impl_->pool_mutex);
+  return static_cast<int64_t>(impl_->free_list.size());
+}
+
+int64_t PagedKVCache::blocks_needed(std::span<const SequenceChunk> chunks) const {
+  const Impl& s = *impl_;
+  int64_t n = 0;
+  for (const SequenceChunk& c : chunks) {
+    const Seq& q = s.find("PagedKVCache::blocks_needed", c.seq);
+    std::lock_guard<std::mutex> lock(s.pool_mutex);
+    n += s.needed(q, c.tokens);
+  }
+  return n;
+}
+
+int64_t PagedKVCache::sequences() const {
+  std::lock_guard<std::mutex> lock(impl_->seq_mutex);
+  return static_cast<int64_t>(impl_->seqs.size());
+}
+
+size_t PagedKVCache::memory_bytes() const { return impl_->store.bytes(); }
+
+size_t PagedKVCache::used_bytes() const {
+  const Impl& s = *impl_;
+  std::lock_guard<std::mutex> lock(s.pool_mutex);
+  const size_t used = static_cast<size_t>(s.config.num_blocks) - s.free_list.size();
+  return s.store.bytes() / static_cast<size_t>(s.config.num_blocks) * used;
+}
+
+void PagedKVCache::append(int64_t seq, const TensorView& k, const TensorView& v) {
+  const char* who = "PagedKVCache::append";
+  const PagedKVCacheConfig& c = impl_->config;
+  for (const TensorView* t : {&k, &v}) {
+    detail::check_view(who, t == &k ? "k" : "v", *t);
+    if (t->dim(0) != 1 || t->dim(1) != c.kv_heads || t->dim(3) != c.head_dim)
+      Impl::fail(who, "k/v must be [1, " + str(c.kv_heads) + ", n, " + str(c.head_dim) + "], got k " +
+                          detail::dims(k.shape()) + ", v " + detail::dims(v.shape()));
+  }
+  if (k.dim(2) != v.dim(2)) Impl::fail(who, "k has " + detail::dims(k.shape()) + " but v " + detail::dims(v.shape()));
+  const SequenceChunk chunk{seq, k.dim(2)};
+  detail::PagedStep step(who, *this, std::span<const SequenceChunk>(&chunk, 1), k.dim(2));
+  step.append(k, v, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+namespace detail {
+
+struct PagedStep::Scratch {
+  std::vector<Seq*> seqs;        // claimed, per chunk
+  std::vector<int64_t> lengths;  // before the call, per chunk
+  std::vector<int64_t> sorted;   // ids, for the distinctness check
+  std::vector<int64_t> offsets;  // first token of each chunk
+  exec::Problem problem;
+};
+
+namespace {
+PagedStep::Scratch& step_scratch() {
+  thread_local PagedStep::Scratch s;
+  return s;
+}
+}  // namespace
+
+PagedStep::PagedStep(const char* who, PagedKVCache& cache, std::span<const SequenceChunk> chunks, int64_t tokens)
+    : who_(who), cache_(cache), chunks_(chunks), scratch_(step_scratch()) {
+  PagedKVCache::Impl& c = *cache.impl_;
+  Scratch& s = scratch_;
+  s.seqs.clear();
+  s.lengths.clear();
+  s.offsets.clear();
+  s.sorted.clear();
+  int64_t total = 0;
+  for (const SequenceChunk& ch : chunks) {
+    if (ch.tokens < 0) Impl::fail(who, "chunk of sequence " + str(ch.seq) + " has " + str(ch.tokens) + " tokens");
+    s.offsets.push_back(total);
+    total += ch.tokens;
+    s.sorted.push_back(ch.seq);
+  }
+  if (total != tokens)
+    Impl::fail(who, "the chunks hold " + str(total) + " tokens but the tensors " + str(tokens) + " (T must be " +
+                        "the sum of the chunks' tokens)");
+  std::sort(s.sorted.begin(), s.sorted.end());
+  for (size_t i = 1; i < s.sorted.size(); ++i)
+    if (s.sorted[i] == s.sorted[i - 1]) Impl::fail(who, "sequence id " + str(s.sorted[i]) + " appears twice");
+  try {
+    for (const SequenceChunk& ch : chunks) {
+      Seq& q = c.claim(who, ch.seq);
+      s.seqs.push_back(&q);
+      ++claimed_;
+      s.lengths.push_back(q.length);
+      if (q.length + ch.tokens >= kMaxTokens)
+        Impl::fail(who, "sequence " + str(ch.seq) + " would hold " + str(q.length + ch.tokens) +
+                            " tokens; the limit is 2^24 - 1");
+    }
+  } catch (...) {
+    for (size_t i = 0; i < claimed_; ++i) s.seqs[i]->busy.store(false);
+    throw;
+  }
+}
+
+PagedStep::~PagedStep() {
+  for (size_t i = 0; i < claimed_; ++i) scratch_.seqs[i]->busy.store(false);
+}
+
+int64_t PagedStep::length_before(size_t i) const { return scratch_.lengths[i]; }
+
+void PagedStep::add_needs(const kernels::KernelTable& table, int64_t q_heads, int threads, Needs& needs) {
+  const PagedKVCacheConfig& cfg = cache_.config();
+  exec::Problem& p = scratch_.problem;
+  p.q_heads = q_heads;
+  p.kv_heads = cfg.kv_heads;
+  p.head_dim = p.value_dim = cfg.head_dim;
+  p.plan_each_entry = true;
+  p.entries.resize(chunks_.size());
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    exec::BatchEntry& e = p.entries[i];
+    e = exec::BatchEntry{};
+    e.num_queries = chunks_[i].tokens;
+    e.num_keys = e.valid_keys = scratch_.lengths[i] + chunks_[i].tokens;
+  }
+  exec::add_attention_needs(table, p, threads, needs);
+}
+
+void PagedStep::append(const TensorView& k, const TensorView& v, int threads) {
+  PagedKVCache::Impl& c = *cache_.impl_;
+  Scratch& s = scratch_;
+  const size_t n = chunks_.size();
+  // Block tables grow before the pool is touched (this may allocate, and changes nothing visible).
+  for (size_t i = 0; i < n; ++i)
+    s.seqs[i]->blocks.reserve(static_cast<size_t>(c.blocks_for(s.lengths[i] + chunks_[i].tokens)));
+  {
+    std::lock_guard<std::mutex> lock(c.pool_mutex);
+    int64_t need = 0;
+    for (size_t i = 0; i < n; ++i) need += c.needed(*s.seqs[i], chunks_[i].tokens);
+    const int64_t have = static_cast<int64_t>(c.free_list.size());
+    if (need > have)
+      Impl::fail(who_,
+                 "the pool has " + str(have) + " free blocks of " + str(c.config.num_blocks) + "; this call needs " +
+                     str(need) + " (" + str(need - have) + " missing)",
+                 ErrorCode::capacity, need - have);
+    for (size_t i = 0; i < n; ++i) c.grow(*s.seqs[i], chunks_[i].tokens);
+  }
+  // Every block written below is owned by its sequence alone.
+  const int64_t heads = c.config.kv_heads, bt = c.bt();
+  parallel::parallel_for(static_cast<int64_t>(n) * heads, threads, [&](int64_t item, int) {
+    const size_t i = static_cast<size_t>(item / heads);
+    const int64_t h = item % heads;
+    const Seq& q = *s.seqs[i];
+    const int64_t first = s.offsets[i];
+    for (int64_t t = 0; t < chunks_[i].tokens;) {
+      const int64_t pos = s.lengths[i] + t;
+      const int64_t count = std::min(chunks_[i].tokens - t, bt - pos % bt);
+      const int64_t tok = first + t;
+      c.store.store(q.blocks[static_cast<size_t>(pos / bt)], h, pos % bt, count,
+                    k.data() + h * k.stride(1) + tok * k.stride(2), k.stride(2),
+                    v.data() + h * v.stride(1) + tok * v.stride(2), v.stride(2));
+      t += count;
+    }
+  });
+  for (size_t i = 0; i < n; ++i) s.seqs[i]->length = s.lengths[i] + chunks_[i].tokens;
+  appended_ = true;
+}
+
+void PagedStep::attend(const TensorView& q, const TensorView& o, float scale, int64_t window,
+                       const kernels::KernelTable& table, const Lease& lease) {
+  PagedKVCache::Impl& c = *cache_.impl_;
+  Scratch& s = scratch_;
+  exec::Problem& p = s.problem;  // shapes from add_needs
+  p.q_head_stride = q.stride(1);
+  p.q_row_stride = q.stride(2);
+  p.o_head_stride = o.stride(1);
+  p.o_row_stride = o.stride(2);
+  p.kv_type = c.store.kv_type();
+  p.k_blocked = true;
+  p.k_head_stride = p.v_head_stride = c.store.head_stride();
+  p.k_row_stride = p.v_row_stride = c.config.head_dim;
+  p.page_tokens = c.bt();
+  p.page_stride = c.store.page_stride();
+  p.causal = true;
+  p.window = window;
+  p.scale = scale;
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    exec::BatchEntry& e = p.entries[i];
+    e.q = q.data() + s.offsets[i] * q.stride(2);
+    e.o = o.mutable_data() + s.offsets[i] * o.stride(2);
+    e.k = c.store.keys(0);
+    e.v = c.store.values(0);
+    e.pages = s.seqs[i]->blocks.data();
+  }
+  exec::run_attention(p, table, lease);
+}
+
+}  // namespace detail
+
+void paged_attention(const TensorView& q, const TensorView& k_new, const TensorView& v_new, PagedKVCache& cache,
+                     std::span<const SequenceChunk> chunks, const TensorView& o, const SdpaOptions& opt) {
+  detail::AttentionCall call;
+  call.who = "paged_attention";
+  call.q = q;
+  call.k = k_new;
+  call.v = v_new;
+  call.o = o;
+  call.paged = &cache;
+  call.chunks = chunks;
+  call.scale = opt.scale;
+  call.causal = true;
+  call.window = opt.window;
+  call.kv_lens = opt.kv_lens;  // rejected by the validator: lengths come from the cache
+  call.bias = opt.bias;
+  call.num_threads = opt.num_threads;
+  call.isa = opt.isa;
+  call.context = opt.context;
+  const detail::Checked checked = detail::validate(call);
+  detail::PagedStep step(call.who, cache, chunks, checked.Nq);
+  const kernels::KernelTable& table = detail::kernel_table(opt.isa);
+  detail::Lease lease(opt.context, opt.num_threads);
+  detail::Needs needs;
+  step.add_needs(table, checked.Hq, lease.threads(), needs);
+  lease.reserve(needs, call.who);
+  step.append(k_new, v_new, lease.threads());
+  step.attend(q, o, checked.scale, opt.window, table, lease);
+}
+
+}  // namespace attend

@@ -1,0 +1,548 @@
+// PagedKVCache and paged_attention: every ISA path and storage type against the double reference
+// over what each sequence holds (pages scattered through the pool), mixed prefill/decode chunks,
+// split-K decode, windows, copy-on-write forks, truncation, memory accounting, batch invariance
+// (bits independent of the other chunks and of the thread count), all-or-nothing rejections and
+// the thread-safety promise (disjoint sequences concurrently; the same sequence detected).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <attend/attend.hpp>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../../runtime/numeric/convert.hpp"
+#include "../reference/reference_attention.hpp"
+#include "../test_tensors.hpp"
+
+namespace attend::testing {
+namespace {
+
+float round_trip(float x, DType t) {
+  switch (t) {
+    case DType::bf16: return numeric::from_bf16(numeric::to_bf16(x));
+    case DType::f16: return numeric::from_f16(numeric::to_f16(x));
+    default: return x;
+  }
+}
+
+// Packed tensors of one call, token-major ([T, H, D] in memory, viewed as [1, H, T, D]) as a
+// projection would produce them.
+struct Packed {
+  int64_t T, Hq, Hkv, D;
+  std::vector<float> q, k, v, o;
+  Packed(std::mt19937& rng, int64_t T_, int64_t Hq_, int64_t Hkv_, int64_t D_) : T(T_), Hq(Hq_), Hkv(Hkv_), D(D_) {
+    q = random_values(rng, static_cast<size_t>(T * Hq * D));
+    k = random_values(rng, static_cast<size_t>(T * Hkv * D));
+    v = random_values(rng, k.size());
+    o.assign(q.size(), 0.0f);
+  }
+  static TensorView view(const float* p, int64_t H, int64_t T, int64_t D) {
+    return TensorView(p, {1, H, T, D}, {0, D, H * D, 1});
+  }
+  TensorView qv() const { return view(q.data(), Hq, T, D); }
+  TensorView kv() const { return view(k.data(), Hkv, T, D); }
+  TensorView vv() const { return view(v.data(), Hkv, T, D); }
+  TensorView ov() { return TensorView(o.data(), {1, Hq, T, D}, {0, D, Hq * D, 1}); }
+};
+
+// What each sequence holds, as the cache stores it (rounded to its type): [Hkv][len][D].
+struct History {
+  int64_t Hkv, D;
+  DType dtype;
+  std::map<int64_t, std::vector<std::vector<float>>> k, v;  // seq → head → tokens × D
+
+  void add(int64_t seq, const float* kp, const float* vp, int64_t head_stride, int64_t token_stride, int64_t n) {
+    auto& ks = k[seq];
+    auto& vs = v[seq];
+    ks.resize(static_cast<size_t>(Hkv));
+    vs.resize(static_cast<size_t>(Hkv));
+    for (int64_t h = 0; h < Hkv; ++h)
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t d = 0; d < D; ++d) {
+          ks[static_cast<size_t>(h)].push_back(round_trip(kp[h * head_stride + t * token_stride + d], dtype));
+          vs[static_cast<size_t>(h)].push_back(round_trip(vp[h * head_stride + t * token_stride + d], dtype));
+        }
+  }
+  int64_t length(int64_t seq) { return k[seq].empty() ? 0 : static_cast<int64_t>(k[seq][0].size()) / D; }
+  void truncate(int64_t seq, int64_t n) {
+    for (auto* m : {&k, &v})
+      for (auto& h : (*m)[seq]) h.resize(static_cast<size_t>(n * D));
+  }
+  // Dense [1, Hkv, len, D] copies.
+  std::vector<float> dense(std::map<int64_t, std::vector<std::vector<float>>>& m, int64_t seq) {
+    std::vector<float> out;
+    for (auto& h : m[seq]) out.insert(out.end(), h.begin(), h.end());
+    return out;
+  }
+};
+
+// The reference rows of one chunk (queries rows [first, first + n) of the packed q) attending over
+// the sequence's whole history (which already includes the chunk).
+std::vector<double> reference_chunk(History& hist, const Packed& p, int64_t seq, int64_t first, int64_t n,
+                                    int64_t window) {
+  const int64_t len = hist.length(seq);
+  const std::vector<float> k = hist.dense(hist.k, seq), v = hist.dense(hist.v, seq);
+  SdpaOptions ref;
+  ref.causal = true;
+  ref.window = window;
+  return reference_attention(Packed::view(p.q.data() + first * p.Hq * p.D, p.Hq, n, p.D),
+                             TensorView::dense(k.data(), {1, p.Hkv, len, p.D}),
+                             TensorView::dense(v.data(), {1, p.Hkv, len, p.D}), ref);
+}
+
+// The output rows of one chunk as [Hq][n][D] (the reference's order).
+std::vector<float> chunk_rows(const Packed& p, int64_t first, int64_t n) {
+  std::vector<float> out;
+  for (int64_t h = 0; h < p.Hq; ++h)
+    for (int64_t t = first; t < first + n; ++t)
+      out.insert(out.end(), p.o.begin() + (t * p.Hq + h) * p.D, p.o.begin() + (t * p.Hq + h + 1) * p.D);
+  return out;
+}
+
+// Appends `n` random tokens to `seq` through PagedKVCache::append, recording them.
+void append_random(PagedKVCache& cache, History& hist, std::mt19937& rng, int64_t seq, int64_t n) {
+  const int64_t Hkv = hist.Hkv, D = hist.D;
+  const auto k = random_values(rng, static_cast<size_t>(Hkv * n * D)), v = random_values(rng, k.size());
+  cache.append(seq, TensorView::dense(k.data(), {1, Hkv, n, D}), TensorView::dense(v.data(), {1, Hkv, n, D}));
+  hist.add(seq, k.data(), v.data(), n * D, D, n);
+}
+
+void record_call(History& hist, const Packed& p, std::span<const SequenceChunk> chunks) {
+  int64_t first = 0;
+  for (const SequenceChunk& c : chunks) {
+    hist.add(c.seq, p.k.data() + first * p.Hkv * p.D, p.v.data() + first * p.Hkv * p.D, p.D, p.Hkv * p.D, c.tokens);
+    first += c.tokens;
+  }
+}
+
+class PagedAttention : public ::testing::TestWithParam<std::tuple<Isa, DType>> {};
+
+TEST_P(PagedAttention, MixedChunksMatchReference) {
+  const auto [isa, dtype] = GetParam();
+  struct Shape {
+    int64_t Hq, Hkv, D, block_tokens, window;
+  };
+  // Query heads per kv head 1, 2, 8 (every decode row pack up to the AVX-512 limit, and past it:
+  // 8 rows × 7 tokens take the wide path); D 64 (narrow decode) and 40 (padded rows); blocks of
+  // 16, 32 and 48 tokens; with and without a window.
+  for (const Shape s :
+       {Shape{2, 2, 64, 32, 0}, Shape{4, 2, 40, 16, 0}, Shape{8, 1, 64, 48, 37}, Shape{4, 2, 64, 16, 300}}) {
+    SCOPED_TRACE("Hq=" + std::to_string(s.Hq) + " Hkv=" + std::to_string(s.Hkv) + " D=" + std::to_string(s.D) +
+                 " block_tokens=" + std::to_string(s.block_tokens) + " window=" + std::to_string(s.window));
+    PagedKVCache cache({s.Hkv, s.D, 400, s.block_tokens, dtype});
+    History hist{s.Hkv, s.D, dtype, {}, {}};
+    std::mt19937 rng(static_cast<uint32_t>(s.D * 7 + s.block_tokens));
+    // Prefixes 0, 1, 17, 513 and 1500 tokens (split-K), appended in interleaved pieces next to a
+    // filler sequence that is released afterwards, so every sequence's blocks are scattered
+    // through the pool out of order.
+    const int64_t prefixes[] = {0, 1, 17, 513, 1500};
+    std::vector<int64_t> ids;
+    for (size_t i = 0; i < 5; ++i) ids.push_back(cache.create_sequence());
+    const int64_t filler = cache.create_sequence();
+    for (int64_t done = 0; done < 1500; done += 37)
+      for (size_t i = 0; i < 5; ++i) {
+        const int64_t n = std::min<int64_t>(37, prefixes[i] - done);
+        if (n > 0) append_random(cache, hist, rng, ids[i], n);
+        append_random(cache, hist, rng, filler, 5);
+      }
+    cache.release(filler);
+    // Decodes and prompt chunks of 7 and 33 tokens, in one call, twice (the second call sees the
+    // first one's tokens).
+    for (int step = 0; step < 2; ++step) {
+      const std::vector<SequenceChunk> chunks = {{ids[3], 1}, {ids[0], 33}, {ids[4], 1}, {ids[2], 7}, {ids[1], 1}};
+      int64_t T = 0;
+      for (const auto& c : chunks) T += c.tokens;
+      Packed p(rng, T, s.Hq, s.Hkv, s.D);
+      SdpaOptions opt;
+      opt.isa = isa;
+      opt.window = s.window;
+      paged_attention(p.qv(), p.kv(), p.vv(), cache, chunks, p.ov(), opt);
+      record_call(hist, p, chunks);
+      int64_t first = 0;
+      for (const auto& c : chunks) {
+        SCOPED_TRACE("step " + std::to_string(step) + " seq " + std::to_string(c.seq) + " tokens " +
+                     std::to_string(c.tokens));
+        EXPECT_EQ(cache.length(c.seq), hist.length(c.seq));
+        EXPECT_TRUE(
+            close_to(chunk_rows(p, first, c.tokens), reference_chunk(hist, p, c.seq, first, c.tokens, s.window), 1e-5));
+        first += c.tokens;
+      }
+    }
+  }
+}
+
+std::vector<std::tuple<Isa, DType>> params() {
+  std::vector<std::tuple<Isa, DType>> p;
+  for (Isa isa : supported_isas())
+    for (DType t : {DType::f32, DType::bf16, DType::f16}) p.emplace_back(isa, t);
+  return p;
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryIsaAndType, PagedAttention, ::testing::ValuesIn(params()),
+                         [](const ::testing::TestParamInfo<std::tuple<Isa, DType>>& i) {
+                           return std::string(isa_name(std::get<0>(i.param))) + "_" + dtype_name(std::get<1>(i.param));
+                         });
+
+// A chunk's rows are the same bits alone or with any other chunks, in any order, on 1, 2, 3 or 16
+// threads. Each configuration runs on forks of the same base sequences (identical contents, other
+// blocks), so every run starts from the same state.
+TEST(PagedAttentionInvariance, ChunkBitsIndependentOfBatchAndThreads) {
+  // 8 kv heads: split-K sized for the batch (32 items in all) would give the long decode 4 ranges
+  // alone and 2 in a batch of three; planned by its own shape it gets 4 in both.
+  constexpr int64_t Hq = 16, Hkv = 8, D = 64;
+  for (Isa isa : supported_isas()) {
+    SCOPED_TRACE(isa_name(isa));
+    PagedKVCache cache({Hkv, D, 2000, 32, DType::f32});
+    History hist{Hkv, D, DType::f32, {}, {}};
+    std::mt19937 rng(3);
+    // Base sequences: a long decode (split-K), a short decode, a prompt continuing at 100.
+    const int64_t base[3] = {cache.create_sequence(), cache.create_sequence(), cache.create_sequence()};
+    append_random(cache, hist, rng, base[0], 3000);
+    append_random(cache, hist, rng, base[1], 45);
+    append_random(cache, hist, rng, base[2], 100);
+    const int64_t tokens[3] = {1, 1, 70};
+    // Per chunk its own q/k/v rows (the same in every configuration).
+    std::vector<Packed> own;
+    for (int i = 0; i < 3; ++i) own.emplace_back(rng, tokens[i], Hq, Hkv, D);
+    // Runs `order` (indices of chunks) on `threads` threads; returns each chunk's rows.
+    auto run = [&](std::vector<int> order, int threads) {
+      std::vector<SequenceChunk> chunks;
+      int64_t T = 0;
+      for (int i : order) T += tokens[i];
+      Packed p(rng, T, Hq, Hkv, D);
+      int64_t first = 0;
+      std::vector<int64_t> forks;
+      for (int i : order) {
+        const int64_t f = cache.fork(base[i]);
+        forks.push_back(f);
+        chunks.push_back({f, tokens[i]});
+        for (int64_t t = 0; t < tokens[i]; ++t) {
+          std::memcpy(&p.q[static_cast<size_t>((first + t) * Hq * D)], &own[static_cast<size_t>(i)].q[t * Hq * D],
+                      sizeof(float) * Hq * D);
+          std::memcpy(&p.k[static_cast<size_t>((first + t) * Hkv * D)], &own[static_cast<size_t>(i)].k[t * Hkv * D],
+                      sizeof(float) * Hkv * D);
+          std::memcpy(&p.v[static_cast<size_t>((first + t) * Hkv * D)], &own[static_cast<size_t>(i)].v[t * Hkv * D],
+                      sizeof(float) * Hkv * D);
+        }
+        first += tokens[i];
+      }
+      SdpaOptions opt;
+      opt.isa = isa;
+      opt.num_threads = threads;
+      paged_attention(p.qv(), p.kv(), p.vv(), cache, chunks, p.ov(), opt);
+      std::vector<std::vector<float>> rows(3);
+      first = 0;
+      for (int i : order) {
+        rows[static_cast<size_t>(i)] = chunk_rows(p, first, tokens[i]);
+        first += tokens[i];
+      }
+      for (int64_t f : forks) cache.release(f);
+      return rows;
+    };
+    std::vector<std::vector<float>> alone(3);
+    for (int i = 0; i < 3; ++i) alone[static_cast<size_t>(i)] = run({i}, 1)[static_cast<size_t>(i)];
+    // Correct, not just stable: the lone runs against the reference.
+    for (int i = 0; i < 3; ++i) {
+      Packed p = own[static_cast<size_t>(i)];
+      History h = hist;
+      h.add(base[i], p.k.data(), p.v.data(), D, Hkv * D, tokens[i]);
+      EXPECT_TRUE(close_to(alone[static_cast<size_t>(i)], reference_chunk(h, p, base[i], 0, tokens[i], 0), 1e-5));
+    }
+    for (int threads : {1, 2, 3, 16})
+      for (const std::vector<int>& order : {std::vector<int>{0, 1, 2}, std::vector<int>{2, 1, 0},
+                                            std::vector<int>{1, 0}, std::vector<int>{2, 0}, std::vector<int>{2}}) {
+        const auto rows = run(order, threads);
+        for (int i : order)
+          EXPECT_EQ(0, std::memcmp(rows[static_cast<size_t>(i)].data(), alone[static_cast<size_t>(i)].data(),
+                                   sizeof(float) * alone[static_cast<size_t>(i)].size()))
+              << "chunk " << i << " threads " << threads << " batch of " << order.size();
+      }
+    EXPECT_EQ(cache.free_blocks(), 2000 - cache.blocks(base[0]) - cache.blocks(base[1]) - cache.blocks(base[2]));
+  }
+}
+
+// Decode rows of `seq` for a fixed query after appending a fixed token: a fingerprint of its contents.
+std::vector<float> probe(PagedKVCache& cache, int64_t seq, std::mt19937::result_type seed) {
+  const PagedKVCacheConfig& c = cache.config();
+  std::mt19937 rng(seed);
+  Packed p(rng, 1, 2 * c.kv_heads, c.kv_heads, c.head_dim);
+  const SequenceChunk chunk{seq, 1};
+  paged_attention(p.qv(), p.kv(), p.vv(), cache, std::span<const SequenceChunk>(&chunk, 1), p.ov());
+  cache.truncate(seq, cache.length(seq) - 1);
+  return p.o;
+}
+
+TEST(PagedKVCache, ForkSharesBlocksAndCopiesOnlyThePartialOne) {
+  PagedKVCache cache({2, 16, 64, 32, DType::f32});
+  History hist{2, 16, DType::f32, {}, {}};
+  std::mt19937 rng(1);
+  const int64_t a = cache.create_sequence();
+  append_random(cache, hist, rng, a, 40);  // one full block and 8 tokens of a second
+  EXPECT_EQ(cache.blocks(a), 2);
+  EXPECT_EQ(cache.free_blocks(), 62);
+  const std::vector<float> before = probe(cache, a, 9);
+  const int64_t b = cache.fork(a);
+  EXPECT_EQ(cache.length(b), 40);
+  EXPECT_EQ(cache.free_blocks(), 62);  // a fork costs no blocks
+  EXPECT_EQ(cache.used_bytes(), cache.memory_bytes() / 64 * 2);
+  EXPECT_EQ(cache.blocks_needed(std::vector<SequenceChunk>{{b, 1}}), 1);  // the shared partial block
+  EXPECT_EQ(cache.blocks_needed(std::vector<SequenceChunk>{{b, 30}}), 2);
+  // Diverge: b gets different tokens. Only the partial block is copied.
+  hist.k[b] = hist.k[a];
+  hist.v[b] = hist.v[a];
+  append_random(cache, hist, rng, b, 5);
+  EXPECT_EQ(cache.free_blocks(), 61);
+  // a still reads its own tokens; a now owns its partial block alone, so appending to a copies nothing.
+  EXPECT_EQ(probe(cache, a, 9), before);
+  append_random(cache, hist, rng, a, 3);
+  EXPECT_EQ(cache.free_blocks(), 61);
+  // Both match the reference over their own histories.
+  for (int64_t s : {a, b}) {
+    std::mt19937 r2(5);
+    Packed p(r2, 2, 4, 2, 16);
+    const std::vector<SequenceChunk> chunk = {{s, 2}};
+    paged_attention(p.qv(), p.kv(), p.vv(), cache, chunk, p.ov());
+    record_call(hist, p, chunk);
+    EXPECT_TRUE(close_to(chunk_rows(p, 0, 2), reference_chunk(hist, p, s, 0, 2, 0), 1e-5));
+  }
+  // A fork at a block boundary shares every block and copies nothing when it grows.
+  const int64_t c = cache.create_sequence();
+  append_random(cache, hist, rng, c, 64);
+  const int64_t d = cache.fork(c);
+  const int64_t free_before = cache.free_blocks();
+  hist.k[d] = hist.k[c];
+  hist.v[d] = hist.v[c];
+  append_random(cache, hist, rng, d, 1);
+  EXPECT_EQ(cache.free_blocks(), free_before - 1);  // one new block, no copy
+  // Releasing returns blocks only once nobody holds them.
+  cache.release(c);
+  EXPECT_EQ(cache.free_blocks(), free_before - 1);  // c's blocks are d's too
+  cache.release(d);
+  cache.release(a);
+  cache.release(b);
+  EXPECT_EQ(cache.free_blocks(), 64);
+  EXPECT_EQ(cache.sequences(), 0);
+  EXPECT_EQ(cache.used_bytes(), 0u);
+  EXPECT_THROW(cache.length(a), Error);
+}
+
+TEST(PagedKVCache, HoldsCeilTokensOverBlockTokensAndTruncates) {
+  PagedKVCache cache({1, 16, 100, 48, DType::bf16});
+  History hist{1, 16, DType::bf16, {}, {}};
+  std::mt19937 rng(2);
+  EXPECT_EQ(cache.memory_bytes(), size_t{2} * 100 * 48 * 16 * 2);
+  const int64_t s = cache.create_sequence();
+  for (int64_t n : {1, 47, 1, 95, 1}) {
+    append_random(cache, hist, rng, s, n);
+    EXPECT_EQ(cache.blocks(s), (cache.length(s) + 47) / 48);
+    EXPECT_EQ(cache.free_blocks(), 100 - cache.blocks(s));
+  }
+  cache.truncate(s, 50);  // keeps two blocks
+  hist.truncate(s, 50);
+  EXPECT_EQ(cache.blocks(s), 2);
+  cache.truncate(s, 48);
+  hist.truncate(s, 48);
+  EXPECT_EQ(cache.blocks(s), 1);
+  EXPECT_THROW(cache.truncate(s, 49), Error);
+  // Appending after a truncate overwrites what was dropped.
+  std::mt19937 r2(8);
+  Packed p(r2, 3, 2, 1, 16);
+  const std::vector<SequenceChunk> chunk = {{s, 3}};
+  paged_attention(p.qv(), p.kv(), p.vv(), cache, chunk, p.ov());
+  record_call(hist, p, chunk);
+  EXPECT_TRUE(close_to(chunk_rows(p, 0, 3), reference_chunk(hist, p, s, 0, 3, 0), 1e-2));
+  cache.truncate(s, 0);
+  EXPECT_EQ(cache.blocks(s), 0);
+  EXPECT_EQ(cache.free_blocks(), 100);
+}
+
+// A fixture for rejections: lengths, block ownership, the pool and the output must be unchanged.
+struct State {
+  std::vector<int64_t> lengths, blocks;
+  int64_t free = 0;
+  std::vector<float> out;
+  bool operator==(const State&) const = default;
+};
+
+TEST(PagedAttentionInvalid, RejectionsChangeNothing) {
+  constexpr int64_t Hq = 4, Hkv = 2, D = 16;
+  PagedKVCache cache({Hkv, D, 6, 16, DType::f32});
+  History hist{Hkv, D, DType::f32, {}, {}};
+  std::mt19937 rng(4);
+  const int64_t a = cache.create_sequence(), b = cache.create_sequence();
+  append_random(cache, hist, rng, a, 20);  // 2 blocks
+  append_random(cache, hist, rng, b, 16);  // 1 block; 3 free
+  Packed p(rng, 3, Hq, Hkv, D);
+  std::fill(p.o.begin(), p.o.end(), 7.0f);
+  auto state = [&] {
+    return State{{cache.length(a), cache.length(b)}, {cache.blocks(a), cache.blocks(b)}, cache.free_blocks(), p.o};
+  };
+  const State before = state();
+  auto rejects = [&](const char* what, ErrorCode code, auto&& call) {
+    SCOPED_TRACE(what);
+    try {
+      call();
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+    }
+    EXPECT_TRUE(state() == before);
+  };
+  const std::vector<SequenceChunk> ok = {{a, 1}, {b, 2}};
+  using C = std::vector<SequenceChunk>;
+  rejects("unknown id", ErrorCode::invalid_argument, [&] {
+    paged_attention(p.qv(), p.kv(), p.vv(), cache, C{{a, 1}, {99, 2}}, p.ov());
+  });
+  rejects("repeated id", ErrorCode::invalid_argument, [&] {
+    paged_attention(p.qv(), p.kv(), p.vv(), cache, C{{a, 1}, {a, 2}}, p.ov());
+  });
+  rejects("tokens do not add up", ErrorCode::invalid_argument, [&] {
+    paged_attention(p.qv(), p.kv(), p.vv(), cache, C{{a, 1}, {b, 1}}, p.ov());
+  });
+  rejects("negative tokens", ErrorCode::invalid_argument, [&] {
+    paged_attention(p.qv(), p.kv(), p.vv(), cache, C{{a, 4}, {b, -1}}, p.ov());
+  });
+  rejects("kv_lens", ErrorCode::invalid_argument, [&] {
+    const int64_t lens[1] = {1};
+    SdpaOptions o;
+    o.kv_lens = lens;
+    paged_attention(p.qv(), p.kv(), p.vv(), cache, ok, p.ov(), o);
+  });
+  rejects("bias", ErrorCode::invalid_argument, [&] {
+    SdpaOptions o;
+    o.bias = TensorView::dense(p.q.data(), {1, 1, 1, 1});
+    paged_attention(p.qv(), p.kv(), p.vv(), cache, ok, p.ov(), o);
+  });
+  rejects("batch of 2", ErrorCode::invalid_argument, [&] {
+    paged_attention(TensorView(p.q.data(), {2, Hq, 1, D}, {D, D, Hq * D, 1}),
+                    TensorView(p.k.data(), {2, Hkv, 1, D}, {D, D, Hkv * D, 1}),
+                    TensorView(p.v.data(), {2, Hkv, 1, D}, {D, D, Hkv * D, 1}), cache, C{{a, 1}, {b, 1}},
+                    TensorView(p.o.data(), {2, Hq, 1, D}, {D, D, Hq * D, 1}));
+  });
+  rejects("kv heads differ from the cache", ErrorCode::invalid_argument, [&] {
+    paged_attention(Packed::view(p.q.data(), Hq, 3, D), Packed::view(p.k.data(), 1, 3, D),
+                    Packed::view(p.v.data(), 1, 3, D), cache, ok, p.ov());
+  });
+  rejects("o overlaps q", ErrorCode::invalid_argument, [&] {
+    paged_attention(p.qv(), p.kv(), p.vv(), cache, ok, TensorView(p.q.data(), {1, Hq, 3, D}, {0, D, Hq * D, 1}));
+  });
+  rejects("read-only o", ErrorCode::invalid_argument, [&] {
+    paged_attention(p.qv(), p.kv(), p.vv(), cache, ok,
+                    TensorView(static_cast<const float*>(p.o.data()), {1, Hq, 3, D}, {0, D, Hq * D, 1}));
+  });
+  rejects("forced ISA that does not exist", ErrorCode::unsupported, [&] {
+    SdpaOptions o;
+    o.isa = static_cast<Isa>(99);
+    paged_attention(p.qv(), p.kv(), p.vv(), cache, ok, p.ov(), o);
+  });
+  // Pool exhaustion: 3 free blocks; a (20 tokens) + 30 needs 2 more, b (16) + 40 needs 3: 2 missing.
+  {
+    Packed big(rng, 70, Hq, Hkv, D);
+    std::fill(big.o.begin(), big.o.end(), 7.0f);
+    const std::vector<float> o_before = big.o;
+    try {
+      paged_attention(big.qv(), big.kv(), big.vv(), cache, C{{a, 30}, {b, 40}}, big.ov());
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::capacity) << e.what();
+      EXPECT_EQ(e.blocks_missing(), 2) << e.what();
+    }
+    EXPECT_TRUE(state() == before);
+    EXPECT_EQ(big.o, o_before);
+    EXPECT_EQ(cache.blocks_needed(C{{a, 30}, {b, 40}}), 5);
+  }
+  // The workspace limit of a context.
+  {
+    Context tiny(ContextConfig{1, 1});
+    SdpaOptions o;
+    o.context = &tiny;
+    rejects("workspace limit", ErrorCode::capacity,
+            [&] { paged_attention(p.qv(), p.kv(), p.vv(), cache, ok, p.ov(), o); });
+  }
+  // Construction.
+  EXPECT_THROW(PagedKVCache({Hkv, D, 6, 24, DType::f32}), Error);
+  EXPECT_THROW(PagedKVCache({Hkv, D, 0, 16, DType::f32}), Error);
+  EXPECT_THROW(PagedKVCache({0, D, 6, 16, DType::f32}), Error);
+  EXPECT_THROW(cache.fork(42), Error);
+  EXPECT_THROW(cache.release(42), Error);
+  EXPECT_TRUE(state() == before);
+  // And the cache still works, with the contents it had.
+  paged_attention(p.qv(), p.kv(), p.vv(), cache, ok, p.ov());
+  record_call(hist, p, ok);
+  EXPECT_TRUE(close_to(chunk_rows(p, 0, 1), reference_chunk(hist, p, a, 0, 1, 0), 1e-5));
+  EXPECT_TRUE(close_to(chunk_rows(p, 1, 2), reference_chunk(hist, p, b, 1, 2, 0), 1e-5));
+}
+
+// The README's promise: calls on disjoint sequences of one cache may run concurrently (results as
+// if serial); calls on the same sequence from two threads are detected (concurrent_use), never lost.
+TEST(PagedKVCacheThreads, DisjointSequencesConcurrentlySameSequenceDetected) {
+  constexpr int64_t Hq = 4, Hkv = 2, D = 32;
+  constexpr int kThreads = 4, kSteps = 60;
+  PagedKVCache cache({Hkv, D, 4096, 16, DType::f32});
+  std::mt19937 rng(6);
+  // A shared prefix forked into every thread's sequence: copy-on-write under concurrency.
+  const int64_t root = cache.create_sequence();
+  History hist{Hkv, D, DType::f32, {}, {}};
+  append_random(cache, hist, rng, root, 40);
+  std::vector<int64_t> mine(kThreads);
+  for (int t = 0; t < kThreads; ++t) mine[static_cast<size_t>(t)] = cache.fork(root);
+  std::vector<Packed> data;
+  for (int i = 0; i < kSteps; ++i) data.emplace_back(rng, 3, Hq, Hkv, D);
+  std::vector<std::vector<float>> got(kThreads * kSteps);
+  std::atomic<int> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kSteps; ++i) {
+        Packed p = data[static_cast<size_t>(i)];
+        const std::vector<SequenceChunk> chunk = {{mine[static_cast<size_t>(t)], i % 2 ? 1 : 3}};
+        const int64_t n = chunk[0].tokens;
+        Packed q = p;
+        try {
+          paged_attention(Packed::view(p.q.data(), Hq, n, D), Packed::view(p.k.data(), Hkv, n, D),
+                          Packed::view(p.v.data(), Hkv, n, D), cache, chunk,
+                          TensorView(q.o.data(), {1, Hq, n, D}, {0, D, Hq * D, 1}), SdpaOptions{.num_threads = 1});
+        } catch (...) {
+          ++errors;
+        }
+        got[static_cast<size_t>(t * kSteps + i)] = q.o;
+        if (i % 10 == 9) cache.truncate(mine[static_cast<size_t>(t)], 40 + i);  // release blocks meanwhile
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(errors.load(), 0);
+  for (int t = 1; t < kThreads; ++t)
+    for (int i = 0; i < kSteps; ++i)
+      EXPECT_EQ(got[static_cast<size_t>(t * kSteps + i)], got[static_cast<size_t>(i)])
+          << "thread " << t << " step " << i;
+
+  // Two threads on one sequence: every call either completes or throws concurrent_use.
+  const int64_t shared = cache.fork(root);
+  std::atomic<int64_t> ok{0};
+  std::atomic<int> other{0};
+  std::vector<float> row(Hkv * D, 0.25f);
+  threads.clear();
+  for (int t = 0; t < 2; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 300; ++i) {
+        try {
+          cache.append(shared, TensorView::dense(row.data(), {1, Hkv, 1, D}),
+                       TensorView::dense(row.data(), {1, Hkv, 1, D}));
+          ++ok;
+        } catch (const Error& e) {
+          if (e.code() != ErrorCode::concurrent_use) ++other;
+        }
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(cache.length(shared), 40 + ok.load());
+  EXPECT_EQ(cache.blocks(shared), (cache.length(shared) + 15) / 16);
+}
+
+}  // namespace
+}  // namespace attend::testing
