@@ -7,6 +7,7 @@
 #include <attend/export.hpp>
 #include <attend/isa.hpp>
 #include <attend/kv_cache.hpp>
+#include <attend/paged_kv_cache.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -115,6 +116,19 @@ class ATTEND_API MultiHeadAttention {
                       std::span<const int64_t> seqs, const MhaOptions& options = {}) const;
   void forward_cached(std::span<const float> x, std::span<float> y, int64_t batch, int64_t tokens, KVCache& cache,
                       std::span<const int64_t> seqs, const MhaOptions& options = {}) const;
+
+  /// One continuous-batching step over a paged cache: x and y are [T, d_model] with the chunks'
+  /// tokens packed in chunk order (T = Σ chunks[i].tokens). The Q/K/V projections of all T tokens
+  /// run as one GEMM; each chunk's K/V (rotated, if RoPE, at positions length(seq) + t) are
+  /// appended to its sequence and its queries attend causally over everything the sequence holds
+  /// (see paged_attention: any mix of prompt chunks and decode tokens, batch invariant, all or
+  /// nothing — a pool short of blocks throws ErrorCode::capacity with Error::blocks_missing()
+  /// before anything is projected). The causal option may only be true; lengths and
+  /// first_position are rejected (positions come from the cache).
+  void forward_paged(const float* x, float* y, std::span<const SequenceChunk> chunks, PagedKVCache& cache,
+                     const MhaOptions& options = {}) const;
+  void forward_paged(std::span<const float> x, std::span<float> y, std::span<const SequenceChunk> chunks,
+                     PagedKVCache& cache, const MhaOptions& options = {}) const;
 
   /// Cross-attention set-up: projects `memory` [batch, tokens, d_model] to K/V (no RoPE) and
   /// stores them as the whole content of slot seqs[b] (replacing what was there).

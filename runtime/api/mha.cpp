@@ -12,6 +12,7 @@
 #include "../gemm/onednn_matmul.hpp"
 #include "attention_call.hpp"
 #include "kv_cache_access.hpp"
+#include "paged_step.hpp"
 
 namespace attend {
 namespace {
@@ -377,6 +378,56 @@ void MultiHeadAttention::forward_cached(std::span<const float> x, std::span<floa
                                         KVCache& cache, std::span<const int64_t> seqs, const MhaOptions& opt) const {
   impl_->check_sizes("MultiHeadAttention::forward_cached", x.size(), y.size(), batch, tokens);
   forward_cached(x.data(), y.data(), batch, tokens, cache, seqs, opt);
+}
+
+void MultiHeadAttention::forward_paged(const float* x, float* y, std::span<const SequenceChunk> chunks,
+                                       PagedKVCache& cache, const MhaOptions& opt) const {
+  const Impl& s = *impl_;
+  const char* who = "MultiHeadAttention::forward_paged";
+  int64_t T = 0;
+  for (const SequenceChunk& c : chunks) {
+    if (c.tokens < 0)
+      fail(std::string(who) + ": chunk of sequence " + str(c.seq) + " has " + str(c.tokens) + " tokens");
+    T += c.tokens;
+  }
+  s.check_io(who, x, y, 1, T);
+  s.check_options(who, opt, {.causal = true}, 1, T);
+  if (opt.causal && !*opt.causal) fail(std::string(who) + ": attention over a cache is causal (causal = false given)");
+  const PagedKVCacheConfig& cc = cache.config();
+  if (cc.kv_heads != s.hkv || cc.head_dim != s.hd)
+    fail(std::string(who) + ": the cache holds " + str(cc.kv_heads) + " kv heads of dim " + str(cc.head_dim) +
+         ", the layer has " + str(s.hkv) + " of dim " + str(s.hd));
+  detail::PagedStep step(who, cache, chunks, T);  // checks the chunks, claims their sequences
+  const kernels::KernelTable& table = detail::kernel_table(opt.isa);
+  if (T == 0) return;
+  detail::Lease lease(opt.context, opt.num_threads);
+  detail::Needs needs;
+  s.add_projection_needs(T, true, true, true, needs);
+  step.add_needs(table, s.hq, lease.threads(), needs);
+  lease.reserve(needs, who);
+  const Projected p = s.projected(lease, T);
+
+  s.project(x, T, true, true, p, lease);
+  if (s.cfg.rope) {
+    std::vector<int64_t> position(static_cast<size_t>(T));
+    for (size_t i = 0, t = 0; i < chunks.size(); ++i)
+      for (int64_t j = 0; j < chunks[i].tokens; ++j) position[t++] = step.length_before(i) + j;
+    auto pos = [&](int64_t, int64_t t) { return position[static_cast<size_t>(t)]; };
+    s.rope(p.q, p.ldq, s.hq, 1, T, pos);
+    s.rope(p.k, p.ldkv, s.hkv, 1, T, pos);
+  }
+  step.append(s.k_view(p, 1, T), s.v_view(p, 1, T), lease.threads());
+  step.attend(s.q_view(p, 1, T), s.o_view(lease.get(detail::Slot::attention_out), 1, T), s.scale, 0, table, lease);
+  s.output(y, T, lease);
+}
+
+void MultiHeadAttention::forward_paged(std::span<const float> x, std::span<float> y,
+                                       std::span<const SequenceChunk> chunks, PagedKVCache& cache,
+                                       const MhaOptions& opt) const {
+  int64_t T = 0;
+  for (const SequenceChunk& c : chunks) T += std::max<int64_t>(0, c.tokens);
+  impl_->check_sizes("MultiHeadAttention::forward_paged", x.size(), y.size(), 1, T);
+  forward_paged(x.data(), y.data(), chunks, cache, opt);
 }
 
 void MultiHeadAttention::set_memory(const float* memory, int64_t batch, int64_t tokens, KVCache& cache,

@@ -211,6 +211,52 @@ TEST_P(Layer, PrefillThenDecodeEqualsCausalForward) {
   }
 }
 
+// Continuous batching through forward_paged: three sequences of different lengths advance by
+// prompt chunks and decode tokens mixed in each call (packed [T, d_model]); every sequence's rows
+// equal one causal forward over its whole token stream.
+TEST_P(Layer, PagedStepsEqualCausalForward) {
+  const LayerCase& c = GetParam();
+  Model m(c);
+  const MultiHeadAttention layer = m.layer();
+  std::mt19937 rng(16);
+  // Tokens each sequence takes per call: a prompt in chunks, then decodes.
+  const std::vector<std::vector<int64_t>> steps = {{13, 1, 20}, {1, 7, 1}, {1, 1, 1}, {5, 0, 1}};
+  std::vector<int64_t> total(3, 0);
+  for (const auto& st : steps)
+    for (size_t i = 0; i < 3; ++i) total[i] += st[i];
+  std::vector<std::vector<float>> xs, ys(3);
+  for (size_t i = 0; i < 3; ++i) xs.push_back(random_vec(rng, static_cast<size_t>(total[i] * c.dm), 1.0f));
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    PagedKVCache cache({c.hkv, c.hd, 64, 16, dt});
+    const int64_t ids[3] = {cache.create_sequence(), cache.create_sequence(), cache.create_sequence()};
+    std::vector<int64_t> done(3, 0);
+    for (size_t i = 0; i < 3; ++i) ys[i].assign(xs[i].size(), 0.0f);
+    for (const auto& st : steps) {
+      std::vector<SequenceChunk> chunks;
+      std::vector<float> x, y;
+      for (size_t i : {size_t{2}, size_t{0}, size_t{1}}) {  // chunk order differs from id order
+        chunks.push_back({ids[i], st[i]});
+        x.insert(x.end(), xs[i].begin() + done[i] * c.dm, xs[i].begin() + (done[i] + st[i]) * c.dm);
+      }
+      y.assign(x.size(), 0.0f);
+      layer.forward_paged(x, y, chunks, cache);
+      size_t at = 0;
+      for (size_t i : {size_t{2}, size_t{0}, size_t{1}}) {
+        std::copy(y.begin() + static_cast<int64_t>(at), y.begin() + static_cast<int64_t>(at) + st[i] * c.dm,
+                  ys[i].begin() + done[i] * c.dm);
+        at += static_cast<size_t>(st[i] * c.dm);
+        done[i] += st[i];
+      }
+    }
+    const double tol = dt == DType::f32 ? 2e-5 : dt == DType::f16 ? 4e-3 : 3e-2;
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(cache.length(ids[i]), total[i]);
+      expect_close(ys[i], m.ref.forward(xs[i], 1, total[i], true), tol,
+                   c.name + " paged " + dtype_name(dt) + " sequence " + std::to_string(i));
+    }
+  }
+}
+
 TEST_P(Layer, CrossAttentionMatchesReference) {
   const LayerCase& c = GetParam();
   Model m(c);
@@ -452,6 +498,49 @@ TEST(Concurrency, EightThreadsShareOneLayer) {
   for (int i = 0; i < kThreads; ++i) threads.emplace_back(run, i, std::ref(parallel[i]));
   for (auto& t : threads) t.join();
   for (int i = 0; i < kThreads; ++i) EXPECT_EQ(serial[i], parallel[i]) << "thread " << i;
+}
+
+TEST(Layer, ForwardPagedRejectsAndChangesNothing) {
+  Model m(gqa_rope());
+  const MultiHeadAttention layer = m.layer();
+  PagedKVCache cache({2, 16, 4, 16, DType::f32});
+  const int64_t a = cache.create_sequence(), b = cache.create_sequence();
+  std::vector<float> x(40 * 64, 0.1f), y(40 * 64, 3.0f);
+  const std::vector<SequenceChunk> two = {{a, 20}, {b, 20}};
+  layer.forward_paged(std::span<const float>(x.data(), 20 * 64), std::span<float>(y.data(), 20 * 64),
+                      std::vector<SequenceChunk>{{a, 20}}, cache);  // 2 blocks; 2 free
+  const std::vector<float> y_before = y;
+  auto unchanged = [&] {
+    EXPECT_EQ(cache.length(a), 20);
+    EXPECT_EQ(cache.length(b), 0);
+    EXPECT_EQ(cache.free_blocks(), 2);
+    EXPECT_EQ(y, y_before);
+  };
+  try {  // a needs 1 more block (40 tokens), b 2: 1 missing
+    layer.forward_paged(x.data(), y.data(), two, cache);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::capacity);
+    EXPECT_EQ(e.blocks_missing(), 1);
+  }
+  unchanged();
+  MhaOptions pos;
+  pos.first_position = 3;
+  EXPECT_THROW(layer.forward_paged(x.data(), y.data(), two, cache, pos), Error);
+  MhaOptions noncausal;
+  noncausal.causal = false;
+  EXPECT_THROW(layer.forward_paged(x.data(), y.data(), two, cache, noncausal), Error);
+  EXPECT_THROW(layer.forward_paged(std::span<const float>(x.data(), 10), std::span<float>(y.data(), 10), two, cache),
+               Error);
+  EXPECT_THROW(layer.forward_paged(x.data(), y.data(), std::vector<SequenceChunk>{{a, 1}, {a, 1}}, cache), Error);
+  EXPECT_THROW(layer.forward_paged(x.data(), y.data(), std::vector<SequenceChunk>{{77, 1}}, cache), Error);
+  PagedKVCache other({1, 16, 4, 16, DType::f32});
+  const int64_t o = other.create_sequence();
+  EXPECT_THROW(layer.forward_paged(x.data(), y.data(), std::vector<SequenceChunk>{{o, 1}}, other), Error);
+  unchanged();
+  // tokens = 0 everywhere is a no-op.
+  layer.forward_paged(x.data(), y.data(), std::vector<SequenceChunk>{{a, 0}, {b, 0}}, cache);
+  unchanged();
 }
 
 }  // namespace
