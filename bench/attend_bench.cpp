@@ -285,6 +285,7 @@ int main(int argc, char** argv) {
   register_sdpa_benchmarks();
   register_cache_benchmarks();
   register_layer_benchmarks();
+  register_serve_benchmarks();
 
   std::unique_ptr<benchmark::BenchmarkReporter> inner(benchmark::CreateDefaultDisplayReporter());
   SummaryReporter reporter(inner.get());
@@ -293,6 +294,7 @@ int main(int argc, char** argv) {
   print_sdpa_summary(reporter, peak, out);
   print_cache_summary(reporter, out);
   print_layer_summary(reporter, peak, out);
+  print_serve_summary(reporter, out);
   benchmark::Shutdown();
   return 0;
 }

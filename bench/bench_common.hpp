@@ -163,6 +163,7 @@ class SummaryReporter : public benchmark::BenchmarkReporter {
         e.stream_pct = sp != r.counters.end() ? sp->second.value : 0.0;
         auto pp = r.counters.find("peak_pct");
         e.peak_pct = pp != r.counters.end() ? pp->second.value : 0.0;
+        for (const auto& [name, c] : r.counters) e.counters[name] = c.value;
       }
     }
     inner_->ReportRuns(runs);
@@ -173,6 +174,11 @@ class SummaryReporter : public benchmark::BenchmarkReporter {
     double seconds = 0, gflops = 0, gbps = 0;
     double stream_pct = 0;  // paired share of a plain read's bandwidth (timed_loop_vs_stream), 0 if none
     double peak_pct = 0;    // paired share of the FMA probe's throughput (timed_loop_vs_peak), 0 if none
+    std::map<std::string, double> counters;  // every counter's median
+    double counter(const std::string& name) const {
+      auto it = counters.find(name);
+      return it == counters.end() ? 0.0 : it->second;
+    }
   };
   const Entry* find(const std::string& name) const {
     auto it = entries_.find(name);
@@ -191,5 +197,7 @@ void register_cache_benchmarks();
 void print_cache_summary(const SummaryReporter& rep, FILE* out);
 void register_layer_benchmarks();
 void print_layer_summary(const SummaryReporter& rep, double peak, FILE* out);
+void register_serve_benchmarks();
+void print_serve_summary(const SummaryReporter& rep, FILE* out);
 
 }  // namespace attend::bench

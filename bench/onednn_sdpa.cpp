@@ -27,9 +27,10 @@ struct OnednnSdpa::Impl {
     const int64_t G = s.Hq / s.Hkv, BH = s.B * s.Hkv, M = G * s.Nq;
     q_md = memory::desc({BH, M, s.D}, dt::f32, tag::abc);
     // Kᵀ as a strided view of K [BH, Nk, D]: no transpose copy.
-    kt_md = memory::desc({BH, s.D, s.Nk}, dt::f32, memory::dims{s.Nk * s.D, 1, s.D});
+    const int64_t hs = s.kv_head_stride > 0 ? s.kv_head_stride : s.Nk * s.D;
+    kt_md = memory::desc({BH, s.D, s.Nk}, dt::f32, memory::dims{hs, 1, s.D});
     s_md = memory::desc({BH, M, s.Nk}, dt::f32, tag::abc);
-    v_md = memory::desc({BH, s.Nk, s.D}, dt::f32, tag::abc);
+    v_md = memory::desc({BH, s.Nk, s.D}, dt::f32, memory::dims{hs, s.D, 1});
     o_md = memory::desc({BH, M, s.D}, dt::f32, tag::abc);
 
     dnnl::primitive_attr qk_attr;

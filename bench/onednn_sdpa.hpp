@@ -17,6 +17,9 @@ namespace attend::bench {
 struct SdpaShape {
   int64_t B, Hq, Hkv, Nq, Nk, D;
   bool causal;
+  /// Floats between one kv head's K (or V) and the next; 0 = Nk·D (dense). Larger: heads of a cache
+  /// with room for more tokens (the first Nk rows of each are read).
+  int64_t kv_head_stride = 0;
 };
 
 class OnednnSdpa {
@@ -27,7 +30,8 @@ class OnednnSdpa {
   OnednnSdpa(const OnednnSdpa&) = delete;
   OnednnSdpa& operator=(const OnednnSdpa&) = delete;
 
-  /// q [B,Hq,Nq,D], k/v [B,Hkv,Nk,D], o [B,Hq,Nq,D], all dense. Runs and waits.
+  /// q [B,Hq,Nq,D], k/v [B,Hkv,Nk,D] (heads kv_head_stride apart), o [B,Hq,Nq,D], otherwise dense.
+  /// Runs and waits.
   void run(const float* q, const float* k, const float* v, float* o);
 
   /// Bytes of intermediate buffers (scores, mask, scratchpads) the baseline holds.

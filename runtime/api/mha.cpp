@@ -406,6 +406,7 @@ void MultiHeadAttention::forward_paged(const float* x, float* y, std::span<const
   step.add_needs(table, s.hq, lease.threads(), needs);
   lease.reserve(needs, who);
   const Projected p = s.projected(lease, T);
+  step.take_blocks();  // the pool's verdict before any work
 
   s.project(x, T, true, true, p, lease);
   if (s.cfg.rope) {
@@ -416,7 +417,7 @@ void MultiHeadAttention::forward_paged(const float* x, float* y, std::span<const
     s.rope(p.q, p.ldq, s.hq, 1, T, pos);
     s.rope(p.k, p.ldkv, s.hkv, 1, T, pos);
   }
-  step.append(s.k_view(p, 1, T), s.v_view(p, 1, T), lease.threads());
+  step.store(s.k_view(p, 1, T), s.v_view(p, 1, T), lease.threads());
   step.attend(s.q_view(p, 1, T), s.o_view(lease.get(detail::Slot::attention_out), 1, T), s.scale, 0, table, lease);
   s.output(y, T, lease);
 }

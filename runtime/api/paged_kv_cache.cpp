@@ -321,7 +321,7 @@ void PagedStep::add_needs(const kernels::KernelTable& table, int64_t q_heads, in
   exec::add_attention_needs(table, p, threads, needs);
 }
 
-void PagedStep::append(const TensorView& k, const TensorView& v, int threads) {
+void PagedStep::take_blocks() {
   PagedKVCache::Impl& c = *cache_.impl_;
   Scratch& s = scratch_;
   const size_t n = chunks_.size();
@@ -340,7 +340,13 @@ void PagedStep::append(const TensorView& k, const TensorView& v, int threads) {
                  ErrorCode::capacity, need - have);
     for (size_t i = 0; i < n; ++i) c.grow(*s.seqs[i], chunks_[i].tokens);
   }
-  // Every block written below is owned by its sequence alone.
+}
+
+void PagedStep::store(const TensorView& k, const TensorView& v, int threads) {
+  // Every block written here is owned by its sequence alone (take_blocks).
+  PagedKVCache::Impl& c = *cache_.impl_;
+  Scratch& s = scratch_;
+  const size_t n = chunks_.size();
   const int64_t heads = c.config.kv_heads, bt = c.bt();
   parallel::parallel_for(static_cast<int64_t>(n) * heads, threads, [&](int64_t item, int) {
     const size_t i = static_cast<size_t>(item / heads);
@@ -358,7 +364,6 @@ void PagedStep::append(const TensorView& k, const TensorView& v, int threads) {
     }
   });
   for (size_t i = 0; i < n; ++i) s.seqs[i]->length = s.lengths[i] + chunks_[i].tokens;
-  appended_ = true;
 }
 
 void PagedStep::attend(const TensorView& q, const TensorView& o, float scale, int64_t window,

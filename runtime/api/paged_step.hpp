@@ -29,9 +29,16 @@ class ATTEND_INTERNAL PagedStep {
   /// Adds the attention's workspace for q_heads query heads on `threads` threads.
   void add_needs(const kernels::KernelTable& table, int64_t q_heads, int threads, Needs& needs);
   /// Takes the blocks the chunks need (ErrorCode::capacity with Error::blocks_missing, nothing
-  /// changed, if the pool is short), copies shared partial last blocks, stores k and v
-  /// ([1, kv_heads, T, head_dim] f32, validated by the caller) and sets the new lengths.
-  void append(const TensorView& k, const TensorView& v, int threads);
+  /// changed, if the pool is short) and copies shared partial last blocks. Nothing throws after it.
+  void take_blocks();
+  /// Stores k and v ([1, kv_heads, T, head_dim] f32, validated by the caller) in the blocks taken
+  /// and sets the new lengths.
+  void store(const TensorView& k, const TensorView& v, int threads);
+  /// take_blocks, then store.
+  void append(const TensorView& k, const TensorView& v, int threads) {
+    take_blocks();
+    store(k, v, threads);
+  }
   /// Attention of q ([1, Hq, T, D]) over the appended sequences into o (validated by the caller).
   void attend(const TensorView& q, const TensorView& o, float scale, int64_t window, const kernels::KernelTable& table,
               const Lease& lease);
@@ -44,7 +51,6 @@ class ATTEND_INTERNAL PagedStep {
   std::span<const SequenceChunk> chunks_;
   Scratch& scratch_;
   size_t claimed_ = 0;
-  bool appended_ = false;
 };
 
 }  // namespace attend::detail

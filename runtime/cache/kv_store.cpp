@@ -49,6 +49,12 @@ KvStore::KvStore(DType dtype, int64_t kv_heads, int64_t head_dim, int64_t page_t
   if (half_bytes_ == 0) return;
   void* p = mmap(nullptr, 2 * half_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
+#if defined(MADV_HUGEPAGE)
+  // Transparent huge pages where the system allows them on request (Debian's default is
+  // "madvise"): decode walks every sequence's pages, and a paged cache's are scattered through the
+  // pool, so with 4 KB pages each page of a sequence costs a TLB miss.
+  madvise(p, 2 * half_bytes_, MADV_HUGEPAGE);
+#endif
   keys_ = static_cast<unsigned char*>(p);
   values_ = keys_ + half_bytes_;
 }
