@@ -36,7 +36,7 @@ namespace {
 
 constexpr int64_t kHq = 32, kHkv = 8, kD = 128, kSeqs = 32, kDecoders = kSeqs - 1, kChunk = 256, kSteps = 8;
 constexpr int64_t kMaxLen = 8192;
-constexpr int64_t kBlockTokens = 32;
+constexpr int64_t kBlockTokens = 32;  // the trace's block size (PagedKVCacheConfig's default)
 
 struct Trace {
   std::vector<int64_t> lengths;  // the decoders' lengths at the start of the trace (kDecoders)
@@ -141,17 +141,17 @@ struct PagedWorld {
   std::vector<int64_t> decoders;
   int64_t last = -1;  // the 32nd sequence (decode-only entries)
 
-  explicit PagedWorld(DType dtype) {
+  PagedWorld(DType dtype, int64_t block_tokens) {
     const Trace& t = Trace::get();
     int64_t blocks = 0;
-    auto blocks_for = [](int64_t n) { return (n + kBlockTokens - 1) / kBlockTokens; };
+    auto blocks_for = [&](int64_t n) { return (n + block_tokens - 1) / block_tokens; };
     for (int64_t l : t.lengths) blocks += blocks_for(l + kSteps);
     blocks += blocks_for(t.last_length + 1);
     int64_t prompt_blocks = 0;
     for (const Trace::Step& s : t.steps)
       prompt_blocks = std::max(prompt_blocks, blocks_for(s.start + kChunk));  // upper bound per prompt
     blocks += static_cast<int64_t>(t.prompts.size()) * prompt_blocks;
-    cache = std::make_unique<PagedKVCache>(PagedKVCacheConfig{kHkv, kD, blocks, kBlockTokens, dtype});
+    cache = std::make_unique<PagedKVCache>(PagedKVCacheConfig{kHkv, kD, blocks, block_tokens, dtype});
     // Prefilled in interleaved pieces, as a server's sequences grow side by side.
     for (int64_t i = 0; i < kDecoders; ++i) decoders.push_back(cache->create_sequence());
     last = cache->create_sequence();
@@ -163,10 +163,10 @@ struct PagedWorld {
         if (n > 0) cache->append(seq, source_view(done, n), source_view(done, n));
       }
   }
-  static PagedWorld& get(DType dtype) {
-    static std::map<DType, std::unique_ptr<PagedWorld>> worlds;
-    auto& w = worlds[dtype];
-    if (!w) w = std::make_unique<PagedWorld>(dtype);
+  static PagedWorld& get(DType dtype, int64_t block_tokens = kBlockTokens) {
+    static std::map<std::pair<DType, int64_t>, std::unique_ptr<PagedWorld>> worlds;
+    auto& w = worlds[{dtype, block_tokens}];
+    if (!w) w = std::make_unique<PagedWorld>(dtype, block_tokens);
     return *w;
   }
 };
@@ -401,8 +401,8 @@ void decode_counters(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(kSeqs), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void bm_paged_decode(benchmark::State& state) {
-  PagedWorld& w = PagedWorld::get(DType::f32);
+void bm_paged_decode(benchmark::State& state, int64_t block_tokens) {
+  PagedWorld& w = PagedWorld::get(DType::f32, block_tokens);
   StepData& d = StepData::get();
   DecodeData& ref = DecodeData::get();
   std::vector<SequenceChunk> chunks;
@@ -462,8 +462,12 @@ void register_serve_benchmarks() {
   auto reg_decode = [](const char* name, auto fn) {
     benchmark::RegisterBenchmark(name, fn)->UseManualTime()->Unit(benchmark::kMillisecond);
   };
-  reg_decode("serve/paged-f32-decode", [](benchmark::State& s) { bm_paged_decode(s); });
+  reg_decode("serve/paged-f32-decode", [](benchmark::State& s) { bm_paged_decode(s, kBlockTokens); });
   reg_decode("serve/slots-f32-decode", [](benchmark::State& s) { bm_slots_decode(s); });
+  // The same decode step over pools of larger blocks: what the block size costs in bandwidth.
+  for (int64_t bt : {64, 128, 256})
+    reg_decode(("serve/paged-f32-decode-b" + std::to_string(bt)).c_str(),
+               [bt](benchmark::State& s) { bm_paged_decode(s, bt); });
 }
 
 void print_serve_summary(const SummaryReporter& rep, FILE* out) {
@@ -499,12 +503,19 @@ void print_serve_summary(const SummaryReporter& rep, FILE* out) {
                  "(%.1f%% of %.0f MiB for slots sized for the longest), %.0f MiB held at the trace's end\n",
                  paged->counter("mixed_ratio"), paged->counter("pool_MiB"), paged->counter("mem_vs_slots_pct"),
                  paged->counter("slots_MiB"), paged->counter("used_peak_MiB"));
-  if (pd && sd)
-    std::fprintf(out,
-                 "decode step of 32: paged %.3f ms (%.1f%% of a plain read), slots %.3f ms (%.1f%%); paged/slots "
-                 "bandwidth %.1f%%\n",
-                 pd->seconds * 1e3, pd->stream_pct, sd->seconds * 1e3, sd->stream_pct,
-                 100.0 * sd->seconds / pd->seconds);
+  if (pd && sd) {
+    std::fprintf(
+        out,
+        "decode step of 32: slots %.3f ms (%.1f%% of a plain read); paged, %lld-token blocks: %.3f ms (%.1f%%; "
+        "%.1f%% of the slot cache's bandwidth)",
+        sd->seconds * 1e3, sd->stream_pct, static_cast<long long>(kBlockTokens), pd->seconds * 1e3, pd->stream_pct,
+        100.0 * sd->seconds / pd->seconds);
+    for (int64_t bt : {64, 128, 256})
+      if (const auto* e = rep.find("serve/paged-f32-decode-b" + std::to_string(bt)))
+        std::fprintf(out, "; %lld: %.1f%% (%.1f%%)", static_cast<long long>(bt), e->stream_pct,
+                     100.0 * sd->seconds / e->seconds);
+    std::fprintf(out, "\n");
+  }
 }
 
 }  // namespace attend::bench
