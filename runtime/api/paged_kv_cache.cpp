@@ -311,6 +311,7 @@ void PagedStep::add_needs(const kernels::KernelTable& table, int64_t q_heads, in
   p.kv_heads = cfg.kv_heads;
   p.head_dim = p.value_dim = cfg.head_dim;
   p.plan_each_entry = true;
+  p.page_tokens = cache_.config().block_tokens;  // (the plan takes paged decode from it)
   p.entries.resize(chunks_.size());
   for (size_t i = 0; i < chunks_.size(); ++i) {
     exec::BatchEntry& e = p.entries[i];

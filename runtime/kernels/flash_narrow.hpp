@@ -15,129 +15,267 @@ namespace {
 
 // Narrow path: a few query rows (decode). Requires head_dim % W == 0.
 
+// What the kv heads of one work item share: the rows' visible key ranges (they depend on query
+// positions only) and the key range the item walks.
+struct NarrowRows {
+  int64_t nr, depth, dvp;
+  int row_pack;              // rows are processed in packs of a power of two (padding rows zero)
+  int64_t rlo[16], rhi[16];  // nr <= kNarrowMaxRows <= 8
+  int64_t key_lo, key_hi, max_lo, min_hi;
+};
+
+template <class Arch>
+NarrowRows narrow_rows(const FlashWork& w) {
+  const RowMap rows{&w};
+  NarrowRows R{};
+  R.nr = w.row_count;
+  R.depth = w.head_dim;
+  R.dvp = round_up(w.value_dim, Tiles<Arch>::W);
+  R.key_lo = w.key_end;
+  R.key_hi = w.key_begin;
+  R.max_lo = 0;
+  R.min_hi = w.key_end;
+  for (int64_t r = 0; r < R.nr; ++r) {
+    R.rlo[r] = max64(rows.lo(r), w.key_begin);
+    R.rhi[r] = min64(rows.hi(r), w.key_end);
+    if (R.rlo[r] < R.rhi[r]) {
+      R.key_lo = min64(R.key_lo, R.rlo[r]);
+      R.key_hi = max64(R.key_hi, R.rhi[r]);
+    }
+    R.max_lo = max64(R.max_lo, R.rlo[r]);
+    R.min_hi = min64(R.min_hi, R.rhi[r]);
+  }
+  // A blocked K is scored a whole block at a time: start at a block boundary (the keys before
+  // key_lo are masked like any other invisible key; split-K ranges are block-aligned already).
+  if (w.k_blocked && R.key_lo < R.key_hi) R.key_lo = R.key_lo / kKeyBlock * kKeyBlock;
+  R.row_pack = 1;
+  while (R.row_pack < R.nr) R.row_pack *= 2;
+  return R;
+}
+
+// One kv head's state: pre-scaled queries [row_pack][D], accumulators, max and sum (running), and
+// the current tile's scores and rescale factors.
+struct NarrowHead {
+  float *qn, *oacc, *m, *l, *s, *alpha;
+};
+
+inline NarrowHead narrow_head(float* scratch, const Layout& L, int64_t h) {
+  return {scratch + L.qt + h * L.qt_head, scratch + L.oacc + h * L.oacc_head, scratch + L.m + h * L.ml_head,
+          scratch + L.l + h * L.ml_head,  scratch + L.st + h * L.st_head,     scratch + L.alpha + h * L.ml_head};
+}
+
+inline void narrow_init(const FlashWork& w, const NarrowRows& R, const NarrowHead& h) {
+  const RowMap rows{&w};
+  for (int64_t r = 0; r < R.nr; ++r) {
+    h.m[r] = kNegInf;
+    h.l[r] = 0.0f;
+    const float* q = rows.q(r);
+    for (int64_t d = 0; d < R.depth; ++d) h.qn[r * R.depth + d] = q[d] * w.scale;
+  }
+  for (int64_t r = R.nr; r < R.row_pack; ++r) std::memset(h.qn + r * R.depth, 0, sizeof(float) * R.depth);
+  std::memset(h.oacc, 0, sizeof(float) * R.nr * R.dvp);
+}
+
+// Scratch every head shares.
+struct NarrowShared {
+  float* vpanel;
+  const float *ones, *zeros;
+};
+
+template <class Arch>
+NarrowShared narrow_shared(float* scratch, const Layout& L, int64_t depth, int64_t nr) {
+  float* ones = scratch + L.ones;
+  for (int64_t r = 0; r < nr; ++r) ones[r] = 1.0f;
+  float* zeros = scratch + L.zeros;  // a zero K row (all-zero bits are 0 in every element type)
+  std::memset(zeros, 0, sizeof(float) * depth);
+  return {scratch + L.vpanel, ones, zeros};
+}
+
+// A tile of keys [j0, j0 + nk) for one head, in three phases (the paged driver runs each phase for
+// every head before the next): scores, online softmax, P·V.
+//
+// Scores. Blocked K: blk[b] is the address of the tile's block b, and blocks [blocks, known) are
+// the ones scored next (prefetched while this tile is scored).
 template <class Arch, class E>
-void flash_narrow(const FlashWork& w, float* scratch) {
+void narrow_scores_phase(const FlashWork& w, const NarrowRows& R, const NarrowHead& h, const NarrowShared& sh,
+                         const KvSource<E>& src, const E* const* blk, int64_t known, int64_t j0, int64_t nk) {
+  using T = Tiles<Arch>;
+  constexpr int W = T::W;
+  constexpr int64_t ldsn = T::kNarrowBlockKeys;
+  const int64_t depth = R.depth;
+  // S = Q·Kᵀ. Row-major K: dot products along D, NR rows × W/NR keys per transpose-sum, so each K
+  // vector loaded feeds NR FMAs. Blocked K: keys in lanes (blocked_scores), the tile in one call.
+  if (w.k_blocked) {
+    blocked_scores_dispatch<Arch, E>(R.row_pack, blk, (nk + kKeyBlock - 1) / kKeyBlock, known, depth, h.qn, h.s, ldsn);
+    return;
+  }
+  for (int64_t jg = 0; jg < nk; jg += W) {
+    // Fetch the K rows of the next group while this one is scored. Measured in one process against
+    // a plain read of the same bytes (D1–D4 shapes): one group ahead beats two, four or eight, and
+    // prefetching V as well (for the P·V pass) or the next tile's K during P·V costs 5–15%: the
+    // extra requests block the core once its miss buffers are full, and the hardware prefetcher
+    // already streams V. With several rows (GQA) the scoring is long enough to spread the
+    // requests over its FMAs (narrow_scores issues them per depth step): +1–10 points of stream
+    // on D2/D3, most at high bandwidth; one row keeps the burst, which measured 2–3 points better.
+    const int64_t pf_keys = min64(W, R.key_hi - (j0 + jg + W));
+    const E* next = pf_keys > 0 ? src.key_row(j0 + jg + W) : nullptr;
+    const bool spread = R.row_pack > 1;
+    if (next && !spread) prefetch_rows(next, w.k_row_stride, pf_keys, depth);
+    narrow_scores_dispatch<Arch, E>(R.row_pack, src.key_row(j0 + jg), w.k_row_stride, min64(W, nk - jg), h.qn, depth,
+                                    reinterpret_cast<const E*>(sh.zeros), h.s + jg, ldsn, R.nr, spread ? next : nullptr,
+                                    pf_keys);
+  }
+}
+
+// Bias, mask, the tile's maxima, exponentials, running sums and rescale factors (h.alpha).
+template <class Arch>
+void narrow_softmax_phase(const FlashWork& w, const NarrowRows& R, const NarrowHead& h, int64_t j0, int64_t nk) {
   using T = Tiles<Arch>;
   using B = vfloat<Arch>;
   constexpr int W = T::W;
-  const RowMap rows{&w};
-  const int64_t nr = w.row_count, depth = w.head_dim;
-  const int64_t dvp = round_up(w.value_dim, W);
   constexpr int64_t ldsn = T::kNarrowBlockKeys;
-  const Layout L = make_layout<Arch>(w.head_dim, w.value_dim, nr);
-  float* qn = scratch + L.qt;  // [nr][D], pre-scaled
-  float* s = scratch + L.st;   // [nr][ldsn]
-  float* oacc = scratch + L.oacc;
-  float* m = scratch + L.m;
-  float* l = scratch + L.l;
-  float* alpha = scratch + L.alpha;
-  float* zeros = scratch + L.zeros;  // a zero K row (all-zero bits are 0 in every element type)
-  const KvSource<E> src(w);
-  float* ones = scratch + L.ones;
-  for (int64_t r = 0; r < nr; ++r) ones[r] = 1.0f;
-  // Blocked K: the addresses of a tile's blocks and of the next blocks (prefetched while scoring).
-  constexpr int64_t kTileBlocks = ldsn / kKeyBlock;
-  const E* blk[kTileBlocks + kMaxBlockedGroup];
-  int64_t rlo[16], rhi[16];  // nr <= kNarrowMaxRows <= 8
-
-  int64_t key_lo = w.key_end, key_hi = w.key_begin, max_lo = 0, min_hi = w.key_end;
-  for (int64_t r = 0; r < nr; ++r) {
-    rlo[r] = max64(rows.lo(r), w.key_begin);
-    rhi[r] = min64(rows.hi(r), w.key_end);
-    if (rlo[r] < rhi[r]) {
-      key_lo = min64(key_lo, rlo[r]);
-      key_hi = max64(key_hi, rhi[r]);
-    }
-    max_lo = max64(max_lo, rlo[r]);
-    min_hi = min64(min_hi, rhi[r]);
-    m[r] = kNegInf;
-    l[r] = 0.0f;
-    const float* q = rows.q(r);
-    for (int64_t d = 0; d < depth; ++d) qn[r * depth + d] = q[d] * w.scale;
-  }
-  std::memset(zeros, 0, sizeof(float) * depth);
-  std::memset(oacc, 0, sizeof(float) * nr * dvp);
+  const RowMap rows{&w};
+  const int64_t nkp = round_up(nk, W);
   alignas(64) static constexpr float kIota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   const B iota = B::load_aligned(kIota);
-
-  // A blocked K is scored a whole block at a time: start at a block boundary (the keys before
-  // key_lo are masked like any other invisible key; split-K ranges are block-aligned already).
-  if (w.k_blocked && key_lo < key_hi) key_lo = key_lo / kKeyBlock * kKeyBlock;
-
-  // Rows are processed in packs of a power of two; padding rows of the pack have zero queries.
-  int row_pack = 1;
-  while (row_pack < nr) row_pack *= 2;
-  for (int64_t r = nr; r < row_pack; ++r) std::memset(qn + r * depth, 0, sizeof(float) * depth);
-  for (int64_t j0 = key_lo; j0 < key_hi; j0 += ldsn) {
-    const int64_t nk = min64(ldsn, key_hi - j0);
-    const int64_t nkp = round_up(nk, W);
-    // S = Q·Kᵀ. Row-major K: dot products along D, NR rows × W/NR keys per transpose-sum, so each K
-    // vector loaded feeds NR FMAs. Blocked K: keys in lanes (blocked_scores).
-    if (w.k_blocked) {
-      // The whole tile in one call, blocks of kKeyBlock keys ([D][kKeyBlock] each) wherever they
-      // live, plus the blocks after it that exist (prefetched).
-      const int64_t blocks = (nk + kKeyBlock - 1) / kKeyBlock;
-      const int64_t known = min64(blocks + kMaxBlockedGroup, (key_hi - j0 + kKeyBlock - 1) / kKeyBlock);
-      for (int64_t b = 0; b < known; ++b) blk[b] = src.key_block(j0 + b * kKeyBlock);
-      blocked_scores_dispatch<Arch, E>(row_pack, blk, blocks, known, depth, qn, s, ldsn);
-    } else {
-      for (int64_t jg = 0; jg < nk; jg += W) {
-        // Fetch the K rows of the next group while this one is scored. Measured in one process against
-        // a plain read of the same bytes (D1–D4 shapes): one group ahead beats two, four or eight, and
-        // prefetching V as well (for the P·V pass) or the next tile's K during P·V costs 5–15%: the
-        // extra requests block the core once its miss buffers are full, and the hardware prefetcher
-        // already streams V. With several rows (GQA) the scoring is long enough to spread the
-        // requests over its FMAs (narrow_scores issues them per depth step): +1–10 points of stream
-        // on D2/D3, most at high bandwidth; one row keeps the burst, which measured 2–3 points better.
-        const int64_t pf_keys = min64(W, key_hi - (j0 + jg + W));
-        const E* next = pf_keys > 0 ? src.key_row(j0 + jg + W) : nullptr;
-        const bool spread = row_pack > 1;
-        if (next && !spread) prefetch_rows(next, w.k_row_stride, pf_keys, depth);
-        narrow_scores_dispatch<Arch, E>(row_pack, src.key_row(j0 + jg), w.k_row_stride, min64(W, nk - jg), qn, depth,
-                                        reinterpret_cast<const E*>(zeros), s + jg, ldsn, nr, spread ? next : nullptr,
-                                        pf_keys);
-      }
+  const bool whole = R.max_lo <= j0 && R.min_hi >= j0 + nk;
+  for (int64_t r = 0; r < R.nr; ++r) {
+    float* sr = h.s + r * ldsn;
+    if (w.bias) {
+      const float* b = rows.bias(r) + j0 * w.bias_key_stride;
+      for (int64_t jj = 0; jj < nk; ++jj) sr[jj] += b[jj * w.bias_key_stride];
     }
-    const bool whole = max_lo <= j0 && min_hi >= j0 + nk;
-    const bool masked = !whole || w.bias != nullptr;
-    for (int64_t r = 0; r < nr; ++r) {
-      float* sr = s + r * ldsn;
-      if (w.bias) {
-        const float* b = rows.bias(r) + j0 * w.bias_key_stride;
-        for (int64_t jj = 0; jj < nk; ++jj) sr[jj] += b[jj * w.bias_key_stride];
-      }
-      // Mask when the tile is not wholly visible, and always the padding past nk.
-      const B lo_v(static_cast<float>(rlo[r] - j0)), hi_v(static_cast<float>(min64(rhi[r], j0 + nk) - j0));
-      for (int64_t jj = whole ? nkp - (nk % W ? W : 0) : 0; jj < nkp; jj += W) {
-        const B jf = iota + B(static_cast<float>(jj));
-        const auto visible = (jf >= lo_v) & (jf < hi_v);
-        xsimd::select(visible, B::load_aligned(sr + jj), B(kNegInf)).store_aligned(sr + jj);
-      }
-      B mx(kNegInf);
-      for (int64_t jj = 0; jj < nkp; jj += W) mx = xsimd::max(mx, B::load_aligned(sr + jj));
-      const float tile_max = horizontal_max<Arch>(mx);
-      const float m_new = m[r] > tile_max ? m[r] : tile_max;
-      const float ref = m_new == kNegInf ? 0.0f : m_new;
-      B sum(0.0f);
-      for (int64_t jj = 0; jj < nkp; jj += W) {
-        const B p = exp2_nonpositive<Arch>((B::load_aligned(sr + jj) - B(ref)) * B(kLog2e));
-        p.store_aligned(sr + jj);
-        sum += p;
-      }
-      const float a = exp2_nonpositive<Arch>(B((m[r] - ref) * kLog2e)).get(0);
-      l[r] = l[r] * a + xsimd::hadd(sum);
-      m[r] = m_new;
-      alpha[r] = a;
+    // Mask when the tile is not wholly visible, and always the padding past nk.
+    const B lo_v(static_cast<float>(R.rlo[r] - j0)), hi_v(static_cast<float>(min64(R.rhi[r], j0 + nk) - j0));
+    for (int64_t jj = whole ? nkp - (nk % W ? W : 0) : 0; jj < nkp; jj += W) {
+      const B jf = iota + B(static_cast<float>(jj));
+      const auto visible = (jf >= lo_v) & (jf < hi_v);
+      xsimd::select(visible, B::load_aligned(sr + jj), B(kNegInf)).store_aligned(sr + jj);
     }
-    if (w.value_dim % W == 0) {  // V read (and widened) in place
-      pv_runs<Arch>(src, oacc, dvp, alpha, ones, s, ldsn, 1, j0, nk, nr, dvp / W, masked,
-                    std::is_same_v<E, float> && nr == 1 ? 0 : key_hi - j0);
-    } else {
-      values_to_f32_panel(src, j0, nk, w.value_dim, dvp, scratch + L.vpanel);
-      pv_block<Arch>(oacc, dvp, alpha, s, ldsn, 1, scratch + L.vpanel, dvp, nr, dvp / W, nk, masked);
+    B mx(kNegInf);
+    for (int64_t jj = 0; jj < nkp; jj += W) mx = xsimd::max(mx, B::load_aligned(sr + jj));
+    const float tile_max = horizontal_max<Arch>(mx);
+    const float m_new = h.m[r] > tile_max ? h.m[r] : tile_max;
+    const float ref = m_new == kNegInf ? 0.0f : m_new;
+    B sum(0.0f);
+    for (int64_t jj = 0; jj < nkp; jj += W) {
+      const B p = exp2_nonpositive<Arch>((B::load_aligned(sr + jj) - B(ref)) * B(kLog2e));
+      p.store_aligned(sr + jj);
+      sum += p;
     }
+    const float a = exp2_nonpositive<Arch>(B((h.m[r] - ref) * kLog2e)).get(0);
+    h.l[r] = h.l[r] * a + xsimd::hadd(sum);
+    h.m[r] = m_new;
+    h.alpha[r] = a;
   }
-  write_rows<Arch>(w, rows, oacc, dvp, m, l);
+}
+
+// O = alpha·O + P·V over the tile.
+template <class Arch, class E>
+void narrow_pv_phase(const FlashWork& w, const NarrowRows& R, const NarrowHead& h, const NarrowShared& sh,
+                     const KvSource<E>& src, int64_t j0, int64_t nk) {
+  constexpr int W = Tiles<Arch>::W;
+  constexpr int64_t ldsn = Tiles<Arch>::kNarrowBlockKeys;
+  const bool whole = R.max_lo <= j0 && R.min_hi >= j0 + nk;
+  const bool masked = !whole || w.bias != nullptr;
+  if (w.value_dim % W == 0) {  // V read (and widened) in place
+    pv_runs<Arch>(src, h.oacc, R.dvp, h.alpha, sh.ones, h.s, ldsn, 1, j0, nk, R.nr, R.dvp / W, masked,
+                  std::is_same_v<E, float> && R.nr == 1 ? 0 : R.key_hi - j0);
+  } else {
+    values_to_f32_panel(src, j0, nk, w.value_dim, R.dvp, sh.vpanel);
+    pv_block<Arch>(h.oacc, R.dvp, h.alpha, h.s, ldsn, 1, sh.vpanel, R.dvp, R.nr, R.dvp / W, nk, masked);
+  }
+}
+
+// One kv head's work: a range of keys in tiles of kNarrowBlockKeys.
+template <class Arch, class E>
+void flash_narrow(const FlashWork& w, float* scratch) {
+  constexpr int64_t ldsn = Tiles<Arch>::kNarrowBlockKeys;
+  const NarrowRows R = narrow_rows<Arch>(w);
+  const Layout L = make_layout<Arch>(w.head_dim, w.value_dim, R.nr);
+  const NarrowShared sh = narrow_shared<Arch>(scratch, L, R.depth, R.nr);
+  const NarrowHead h = narrow_head(scratch, L, 0);
+  narrow_init(w, R, h);
+  const KvSource<E> src(w);
+  // Blocked K: the addresses of a tile's blocks and of the next blocks (prefetched while scoring).
+  const E* blk[ldsn / kKeyBlock + kMaxBlockedGroup];
+  for (int64_t j0 = R.key_lo; j0 < R.key_hi; j0 += ldsn) {
+    const int64_t nk = min64(ldsn, R.key_hi - j0);
+    int64_t known = 0;
+    if (w.k_blocked) {
+      known = min64((nk + kKeyBlock - 1) / kKeyBlock + kMaxBlockedGroup, (R.key_hi - j0 + kKeyBlock - 1) / kKeyBlock);
+      for (int64_t b = 0; b < known; ++b) blk[b] = src.key_block(j0 + b * kKeyBlock);
+    }
+    narrow_scores_phase<Arch, E>(w, R, h, sh, src, blk, known, j0, nk);
+    narrow_softmax_phase<Arch>(w, R, h, j0, nk);
+    narrow_pv_phase<Arch, E>(w, R, h, sh, src, j0, nk);
+  }
+  write_rows<Arch>(w, RowMap{&w}, h.oacc, R.dvp, h.m, h.l);
+}
+
+// Work item `w` restricted to kv head h of the w.heads it covers.
+template <class E>
+FlashWork head_work(const FlashWork& w, int64_t h) {
+  FlashWork x = w;
+  x.heads = 1;
+  x.q = w.q + h * w.group * w.q_head_stride;
+  x.o = w.o + h * w.group * w.o_head_stride;
+  x.k = static_cast<const E*>(w.k) + h * w.kv_head_stride;
+  x.v = static_cast<const E*>(w.v) + h * w.kv_head_stride;
+  if (w.bias) x.bias = w.bias + h * w.group * w.bias_head_stride;
+  if (w.partial_acc) {
+    x.partial_acc = w.partial_acc + h * w.partial_head_stride;
+    x.partial_ml = w.partial_ml + h * w.partial_head_stride;
+  }
+  return x;
+}
+
+/// Heads a paged decode item keeps state for at once (more are done in groups of this many).
+constexpr int64_t kPagedHeadGroup = 16;
+
+// Decode over a paged cache: every kv head of one sequence in one item. A page holds all heads' K
+// contiguously (and all heads' V), so the item scores every head's keys of a tile (each page's
+// heads one after another), then runs every head's softmax, then every head's P·V: the reads of a
+// page are one run per tile instead of a short run per (page, head) item. Heads go in groups of
+// kPagedHeadGroup.
+template <class Arch, class E>
+void flash_paged_decode(const FlashWork& w, float* scratch) {
+  constexpr int64_t ldsn = Tiles<Arch>::kNarrowBlockKeys;
+  const NarrowRows R = narrow_rows<Arch>(w);
+  const Layout L = make_layout<Arch>(w.head_dim, w.value_dim, R.nr, min64(w.heads, kPagedHeadGroup));
+  const NarrowShared sh = narrow_shared<Arch>(scratch, L, R.depth, R.nr);
+  const E* blk[ldsn / kKeyBlock + kMaxBlockedGroup];
+  FlashWork hw[kPagedHeadGroup];
+  NarrowHead hs[kPagedHeadGroup];
+  for (int64_t h0 = 0; h0 < w.heads; h0 += kPagedHeadGroup) {
+    const int64_t heads = min64(kPagedHeadGroup, w.heads - h0);
+    for (int64_t h = 0; h < heads; ++h) {
+      hw[h] = head_work<E>(w, h0 + h);
+      hs[h] = narrow_head(scratch, L, h);
+      narrow_init(hw[h], R, hs[h]);
+    }
+    for (int64_t j0 = R.key_lo; j0 < R.key_hi; j0 += ldsn) {
+      const int64_t nk = min64(ldsn, R.key_hi - j0);
+      const int64_t blocks = (nk + kKeyBlock - 1) / kKeyBlock;
+      for (int64_t h = 0; h < heads; ++h) {
+        const KvSource<E> src(hw[h]);
+        for (int64_t b = 0; b < blocks; ++b) blk[b] = src.key_block(j0 + b * kKeyBlock);
+        // The next blocks read: the next head's in this tile, or the first head's in the next one.
+        int64_t known = blocks;
+        const bool last = h + 1 == heads;
+        if (!last || j0 + nk < R.key_hi) {
+          const KvSource<E> next(hw[last ? 0 : h + 1]);
+          const int64_t j1 = last ? j0 + nk : j0;
+          const int64_t more = min64(kMaxBlockedGroup, (R.key_hi - j1 + kKeyBlock - 1) / kKeyBlock);
+          for (int64_t b = 0; b < more; ++b) blk[known++] = next.key_block(j1 + b * kKeyBlock);
+        }
+        narrow_scores_phase<Arch, E>(hw[h], R, hs[h], sh, src, blk, known, j0, nk);
+      }
+      for (int64_t h = 0; h < heads; ++h) narrow_softmax_phase<Arch>(hw[h], R, hs[h], j0, nk);
+      for (int64_t h = 0; h < heads; ++h) narrow_pv_phase<Arch, E>(hw[h], R, hs[h], sh, KvSource<E>(hw[h]), j0, nk);
+    }
+    for (int64_t h = 0; h < heads; ++h) write_rows<Arch>(hw[h], RowMap{&hw[h]}, hs[h].oacc, R.dvp, hs[h].m, hs[h].l);
+  }
 }
 
 }  // namespace
