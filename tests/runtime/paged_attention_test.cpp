@@ -128,9 +128,10 @@ TEST_P(PagedAttention, MixedChunksMatchReference) {
   };
   // Query heads per kv head 1, 2, 8 (every decode row pack up to the AVX-512 limit, and past it:
   // 8 rows × 7 tokens take the wide path); D 64 (narrow decode) and 40 (padded rows); blocks of
-  // 16, 32 and 48 tokens; with and without a window.
-  for (const Shape s :
-       {Shape{2, 2, 64, 32, 0}, Shape{4, 2, 40, 16, 0}, Shape{8, 1, 64, 48, 37}, Shape{4, 2, 64, 16, 300}}) {
+  // 16, 32 and 48 tokens; with and without a window; 20 kv heads (the paged decode kernel keeps
+  // state for 16 heads at a time: a group of 16 and one of 4).
+  for (const Shape s : {Shape{2, 2, 64, 32, 0}, Shape{4, 2, 40, 16, 0}, Shape{8, 1, 64, 48, 37},
+                        Shape{4, 2, 64, 16, 300}, Shape{20, 20, 16, 32, 0}}) {
     SCOPED_TRACE("Hq=" + std::to_string(s.Hq) + " Hkv=" + std::to_string(s.Hkv) + " D=" + std::to_string(s.D) +
                  " block_tokens=" + std::to_string(s.block_tokens) + " window=" + std::to_string(s.window));
     PagedKVCache cache({s.Hkv, s.D, 400, s.block_tokens, dtype});
