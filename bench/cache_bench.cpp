@@ -4,6 +4,7 @@
 // matmul → softmax → matmul runs over it. The last-level cache is flushed before every iteration.
 #include <omp.h>
 
+#include <algorithm>
 #include <attend/attend.hpp>
 #include <cstdio>
 #include <cstring>
@@ -85,6 +86,43 @@ void bm_attend_cache(benchmark::State& state, const CacheShape* s, DType dtype) 
   state.counters["cache_MiB"] = static_cast<double>(cache.memory_bytes()) / (1 << 20);
 }
 
+// The same step over a PagedKVCache of 32-token blocks (the default), the sequences' blocks
+// interleaved through the pool as a server's would be.
+void bm_attend_paged(benchmark::State& state, const CacheShape* s, DType dtype) {
+  CacheData& d = data(*s);
+  constexpr int64_t kBlock = 32;
+  const int64_t per_seq = (s->L + kBlock - 1) / kBlock;
+  PagedKVCache cache({s->Hkv, s->D, s->B * per_seq, kBlock, dtype});
+  std::vector<SequenceChunk> chunks;
+  for (int64_t b = 0; b < s->B; ++b) chunks.push_back({cache.create_sequence(), 1});
+  for (int64_t t = 0; t < s->L - 1; t += 256)
+    for (int64_t b = 0; b < s->B; ++b) {
+      const int64_t n = std::min<int64_t>(256, s->L - 1 - t);
+      const float* base = d.k.data() + (b * s->Hkv * s->L + t) * s->D;
+      const float* vbase = d.v.data() + (b * s->Hkv * s->L + t) * s->D;
+      cache.append(chunks[static_cast<size_t>(b)].seq,
+                   TensorView(base, {1, s->Hkv, n, s->D}, {0, s->L * s->D, s->D, 1}),
+                   TensorView(vbase, {1, s->Hkv, n, s->D}, {0, s->L * s->D, s->D, 1}));
+    }
+  // The B sequences' new rows packed as [1, H, B, D] (token b = sequence b).
+  const TensorView q(d.q.data(), {1, s->Hq, s->B, s->D}, {0, s->D, s->Hq * s->D, 1});
+  const TensorView kn(d.k_new.data(), {1, s->Hkv, s->B, s->D}, {0, s->D, s->Hkv * s->D, 1});
+  const TensorView vn(d.v_new.data(), {1, s->Hkv, s->B, s->D}, {0, s->D, s->Hkv * s->D, 1});
+  const TensorView o(d.o.data(), {1, s->Hq, s->B, s->D}, {0, s->D, s->Hq * s->D, 1});
+  const size_t elem = dtype == DType::f32 ? 4 : 2;
+  float sink = 0.0f;
+  timed_loop_vs_stream(
+      state,
+      [&] {
+        for (const SequenceChunk& c : chunks) cache.truncate(c.seq, s->L - 1);
+      },
+      [&] { paged_attention(q, kn, vn, cache, chunks, o); }, [&] { sink += read_kv(d.k, d.v, 4 / elem); });
+  benchmark::DoNotOptimize(sink);
+  state.counters["FLOPS"] = benchmark::Counter(step_flops(*s), benchmark::Counter::kIsIterationInvariantRate);
+  state.SetBytesProcessed(static_cast<int64_t>(step_bytes(*s, static_cast<int>(elem))) * state.iterations());
+  state.counters["cache_MiB"] = static_cast<double>(cache.memory_bytes()) / (1 << 20);
+}
+
 void bm_onednn_cache(benchmark::State& state, const CacheShape* s) {
   CacheData& d = data(*s);
   OnednnSdpa sdpa({s->B, s->Hq, s->Hkv, 1, s->L, s->D, false});
@@ -116,6 +154,7 @@ void register_cache_benchmarks() {
     reg("attend-f32", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::f32); });
     reg("attend-bf16", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::bf16); });
     reg("attend-f16", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::f16); });
+    reg("attend-paged-f32", [&s](benchmark::State& st) { bm_attend_paged(st, &s, DType::f32); });
     reg("onednn", [&s](benchmark::State& st) { bm_onednn_cache(st, &s); });
   }
 }
@@ -124,7 +163,8 @@ void print_cache_summary(const SummaryReporter& rep, FILE* out) {
   bool any = false;
   for (const CacheShape& s : cache_shapes()) {
     auto get = [&](const char* impl) { return rep.find(std::string("cache/") + impl + "/" + s.name); };
-    const auto *f32 = get("attend-f32"), *bf16 = get("attend-bf16"), *f16 = get("attend-f16"), *dnn = get("onednn");
+    const auto *f32 = get("attend-f32"), *bf16 = get("attend-bf16"), *f16 = get("attend-f16"), *dnn = get("onednn"),
+               *paged = get("attend-paged-f32");
     const auto* stream = rep.find(std::string("stream/read/") + s.name);
     if (!f32) continue;
     if (!any) {
@@ -132,10 +172,11 @@ void print_cache_summary(const SummaryReporter& rep, FILE* out) {
                    "\nKV-cache decode step (medians; tokens/s ratios; %%stream = f32 K+V bandwidth as a share of a "
                    "plain read of the same bytes timed right after each step, bf16%%str and f16%%str the same for the "
                    "16-bit caches (a read of their bytes), dnn%%str for onednn, whose reciprocal bounds f32/dnn; "
-                   "bf16/f32* = 2 x bf16%%str / %%stream, the ratio at equal bandwidth, from the paired figures)\n");
-      std::fprintf(out, "%-5s %9s %9s %9s %9s %8s %8s %8s %9s %9s %8s %8s %8s %8s\n", "shape", "f32 ms", "bf16 ms",
+                   "bf16/f32* = 2 x bf16%%str / %%stream, the ratio at equal bandwidth, from the paired figures; "
+                   "paged%%str for the f32 PagedKVCache of 32-token blocks)\n");
+      std::fprintf(out, "%-5s %9s %9s %9s %9s %8s %8s %8s %9s %9s %8s %8s %8s %8s %9s\n", "shape", "f32 ms", "bf16 ms",
                    "f16 ms", "onednn ms", "f32/dnn", "bf16/f32", "f16/f32", "bf16/f32*", "f16/f32*", "%stream",
-                   "bf16%str", "f16%str", "dnn%str");
+                   "bf16%str", "f16%str", "dnn%str", "paged%str");
       any = true;
     }
     const double kv_f32 = 2.0 * 4 * s.B * s.Hkv * s.L * s.D;
@@ -150,10 +191,12 @@ void print_cache_summary(const SummaryReporter& rep, FILE* out) {
     };
     const double p32 = pct(f32, kv_f32), pb = pct(bf16, kv_f32 / 2), ph = pct(f16, kv_f32 / 2);
     std::fprintf(out,
-                 "%-5s %9.3f %9.3f %9.3f %9.3f %7.2fx %7.2fx %7.2fx %8.2fx %8.2fx %7.1f%% %7.1f%% %7.1f%% %7.1f%%\n",
+                 "%-5s %9.3f %9.3f %9.3f %9.3f %7.2fx %7.2fx %7.2fx %8.2fx %8.2fx %7.1f%% %7.1f%% %7.1f%% %7.1f%% "
+                 "%8.1f%%\n",
                  s.name, f32->seconds * 1e3, bf16 ? bf16->seconds * 1e3 : 0.0, f16 ? f16->seconds * 1e3 : 0.0,
                  dnn ? dnn->seconds * 1e3 : 0.0, ratio(f32, dnn), ratio(bf16, f32), ratio(f16, f32),
-                 p32 > 0 ? 2 * pb / p32 : 0.0, p32 > 0 ? 2 * ph / p32 : 0.0, p32, pb, ph, pct(dnn, kv_f32));
+                 p32 > 0 ? 2 * pb / p32 : 0.0, p32 > 0 ? 2 * ph / p32 : 0.0, p32, pb, ph, pct(dnn, kv_f32),
+                 pct(paged, kv_f32));
   }
 }
 

@@ -173,6 +173,11 @@ struct PagedWorld {
 
 enum class Part { mixed, prefill, decode };
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
 // Runs the trace over a paged world; returns the seconds of the timed calls. `part` selects what
 // each step computes: everything in one call, or only its prompt chunk / only its decodes.
 double paged_pass(PagedWorld& w, Part part, size_t* used_peak) {
@@ -214,13 +219,15 @@ void bm_paged(benchmark::State& state, DType dtype) {
     paged_pass(w, Part::prefill, nullptr);
     paged_pass(w, Part::decode, nullptr);
   }
-  std::vector<double> ratios;
+  std::vector<double> ratios, pres, decs;
   for (auto _ : state) {
     const double mixed = paged_pass(w, Part::mixed, &used);
     state.SetIterationTime(mixed);
     if (split) {
       const double pre = paged_pass(w, Part::prefill, nullptr), dec = paged_pass(w, Part::decode, nullptr);
       ratios.push_back(mixed / (pre + dec));
+      pres.push_back(pre);
+      decs.push_back(dec);
     }
   }
   state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(kSteps * (kDecoders + kChunk)),
@@ -231,8 +238,9 @@ void bm_paged(benchmark::State& state, DType dtype) {
   state.counters["mem_vs_slots_pct"] = 100.0 * static_cast<double>(w.cache->memory_bytes()) / slots_bytes(dtype);
   state.counters["workspace_MiB"] = static_cast<double>(Context::default_context().peak_workspace_bytes()) / (1 << 20);
   if (!ratios.empty()) {
-    std::sort(ratios.begin(), ratios.end());
-    state.counters["mixed_ratio"] = ratios[ratios.size() / 2];
+    state.counters["mixed_ratio"] = median(ratios);
+    state.counters["prefill_ms"] = 1e3 * median(pres);  // the trace's prompt chunks alone
+    state.counters["decode_ms"] = 1e3 * median(decs);   // its decodes alone
   }
 }
 
@@ -256,7 +264,8 @@ struct SlotWorld {
   }
 };
 
-double slots_pass(SlotWorld& w) {
+// parts (optional): seconds of the prompt chunks' calls and of the decodes' calls.
+double slots_pass(SlotWorld& w, double* parts = nullptr) {
   const Trace& t = Trace::get();
   StepData& d = StepData::get();
   KVCache& cache = *w.cache;
@@ -277,9 +286,15 @@ double slots_pass(SlotWorld& w) {
     }
     const auto t0 = std::chrono::steady_clock::now();
     cached_attention(q_dec, k_dec, v_dec, cache, dec, o_dec);
+    const auto t1 = std::chrono::steady_clock::now();
     cached_attention(d.qv(kDecoders, kChunk), d.kv(kDecoders, kChunk), d.vv(kDecoders, kChunk), cache, prompt_slot,
                      d.ov(kDecoders, kChunk));
-    seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto t2 = std::chrono::steady_clock::now();
+    seconds += std::chrono::duration<double>(t2 - t0).count();
+    if (parts) {
+      parts[0] += std::chrono::duration<double>(t2 - t1).count();
+      parts[1] += std::chrono::duration<double>(t1 - t0).count();
+    }
   }
   for (int64_t i = 0; i < kDecoders; ++i) cache.truncate(i, t.lengths[static_cast<size_t>(i)]);
   cache.reset(kDecoders);
@@ -289,7 +304,15 @@ double slots_pass(SlotWorld& w) {
 void bm_slots(benchmark::State& state) {
   SlotWorld& w = SlotWorld::get();
   slots_pass(w);
-  for (auto _ : state) state.SetIterationTime(slots_pass(w));
+  std::vector<double> pres, decs;
+  for (auto _ : state) {
+    double parts[2] = {0.0, 0.0};
+    state.SetIterationTime(slots_pass(w, parts));
+    pres.push_back(parts[0]);
+    decs.push_back(parts[1]);
+  }
+  state.counters["prefill_ms"] = 1e3 * median(pres);
+  state.counters["decode_ms"] = 1e3 * median(decs);
   state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(kSteps * (kDecoders + kChunk)),
                                                       benchmark::Counter::kIsIterationInvariantRate);
   state.counters["slots_MiB"] = static_cast<double>(slots_bytes(DType::f32)) / (1 << 20);
@@ -487,11 +510,12 @@ void print_serve_summary(const SummaryReporter& rep, FILE* out) {
                  return l[l.size() / 2];
                }()),
                static_cast<long long>(t.longest));
-  std::fprintf(out, "%-18s %10s %12s %10s\n", "impl", "trace ms", "tokens/s", "vs slots");
+  std::fprintf(out, "%-18s %10s %12s %10s %11s %10s\n", "impl", "trace ms", "tokens/s", "vs slots", "prefill ms",
+               "decode ms");
   auto row = [&](const char* name, const SummaryReporter::Entry* e) {
     if (!e) return;
-    std::fprintf(out, "%-18s %10.2f %12.0f %9.2fx\n", name, e->seconds * 1e3, tokens / e->seconds,
-                 slots ? slots->seconds / e->seconds : 0.0);
+    std::fprintf(out, "%-18s %10.2f %12.0f %9.2fx %11.2f %10.2f\n", name, e->seconds * 1e3, tokens / e->seconds,
+                 slots ? slots->seconds / e->seconds : 0.0, e->counter("prefill_ms"), e->counter("decode_ms"));
   };
   row("paged-f32", paged);
   row("paged-bf16", bf16);
