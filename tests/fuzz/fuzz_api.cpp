@@ -2,7 +2,8 @@
 // random shapes, strides, masks, biases and options (sometimes deliberately invalid),
 // cached_attention over a KV cache with random prior contents, aliasing or negative strides and
 // bad sequence ids, and the attention layer with a random configuration (forward, forward_cached,
-// set_memory + cross_attend). Every call must either throw attend::Error — leaving the output exactly as
+// set_memory + cross_attend), and paged_attention over a PagedKVCache with forked, truncated and
+// scattered sequences. Every call must either throw attend::Error — leaving the output exactly as
 // it was — or succeed and match the double-precision reference. Buffers are sized exactly, so
 // AddressSanitizer catches any access outside them.
 #include <attend/attend.hpp>
@@ -311,13 +312,139 @@ void fuzz_layer(Input& in, std::mt19937& rng) {
 
 }  // namespace
 
+// paged_attention: a small pool with random sequences (some forked, some truncated, so blocks are
+// shared and scattered), then one call with random chunks (decode, prompt, empty; sometimes a
+// repeated or unknown id, a token sum that does not match, a pool too small) and sometimes invalid
+// views. A rejected call must leave every length, the free-block count and o untouched; an accepted
+// one must match the reference over each sequence's history.
+void fuzz_paged(Input& in, std::mt19937& rng) {
+  const int64_t Hkv = in.range(1, 2), G = in.range(1, 4), D = 16 * in.range(1, 2) - in.range(0, 1) * 8;
+  const int64_t Hq = Hkv * G, bt = 16 * in.range(1, 2), blocks = in.range(1, 12);
+  attend::PagedKVCache cache({Hkv, D, blocks, bt, attend::DType::f32});
+  // Host copy of each sequence: [head][token][d] for K and V.
+  struct Host {
+    int64_t id;
+    std::vector<std::vector<float>> k, v;
+  };
+  std::vector<Host> seqs;
+  const int64_t nseq = in.range(1, 3);
+  for (int64_t i = 0; i < nseq; ++i) {
+    Host h{cache.create_sequence(), std::vector<std::vector<float>>(static_cast<size_t>(Hkv)),
+           std::vector<std::vector<float>>(static_cast<size_t>(Hkv))};
+    if (i > 0 && in.range(0, 2) == 0) {  // a fork of the previous sequence (shares its blocks)
+      h.id = cache.fork(seqs.back().id);
+      h.k = seqs.back().k;
+      h.v = seqs.back().v;
+    }
+    const int64_t n = in.range(0, 40);
+    const auto k = values(rng, static_cast<size_t>(Hkv * n * D), 1.0f), v = values(rng, k.size(), 1.0f);
+    try {
+      cache.append(h.id, attend::TensorView::dense(k.data(), {1, Hkv, n, D}),
+                   attend::TensorView::dense(v.data(), {1, Hkv, n, D}));
+      for (int64_t hh = 0; hh < Hkv; ++hh) {
+        h.k[static_cast<size_t>(hh)].insert(h.k[static_cast<size_t>(hh)].end(), k.begin() + hh * n * D,
+                                            k.begin() + (hh + 1) * n * D);
+        h.v[static_cast<size_t>(hh)].insert(h.v[static_cast<size_t>(hh)].end(), v.begin() + hh * n * D,
+                                            v.begin() + (hh + 1) * n * D);
+      }
+    } catch (const attend::Error& e) {
+      if (e.code() != attend::ErrorCode::capacity || e.blocks_missing() <= 0) fail();
+    }
+    const int64_t len = cache.length(h.id);
+    if (static_cast<int64_t>(h.k[0].size()) != len * D) fail();
+    if (len > 0 && in.range(0, 3) == 0) {  // roll back some tokens
+      const int64_t keep = in.range(0, static_cast<int>(std::min<int64_t>(len, 255)));
+      cache.truncate(h.id, std::min(keep, len));
+      for (auto& x : h.k) x.resize(static_cast<size_t>(std::min(keep, len) * D));
+      for (auto& x : h.v) x.resize(static_cast<size_t>(std::min(keep, len) * D));
+    }
+    seqs.push_back(std::move(h));
+  }
+  std::vector<attend::SequenceChunk> chunks;
+  for (const Host& h : seqs)
+    if (in.flag()) chunks.push_back({h.id, in.range(0, 3) == 0 ? in.range(2, 20) : in.range(0, 1)});
+  if (in.range(0, 7) == 0 && !chunks.empty()) chunks.push_back(chunks[0]);  // repeated id
+  if (in.range(0, 7) == 0) chunks.push_back({in.range(50, 60), 1});         // unknown id
+  int64_t T = 0;
+  for (const auto& c : chunks) T += c.tokens;
+  const int64_t Tv = T + (in.range(0, 7) == 0 ? 1 : 0);  // sometimes not the sum
+  const auto q = values(rng, static_cast<size_t>(std::max<int64_t>(1, Tv * Hq * D)), 1.0f);
+  const auto kn = values(rng, static_cast<size_t>(std::max<int64_t>(1, Tv * Hkv * D)), 1.0f);
+  const auto vn = values(rng, kn.size(), 1.0f);
+  std::vector<float> o(static_cast<size_t>(std::max<int64_t>(1, Tv * Hq * D)), 12345.0f);
+  auto token_major = [&](const float* p, int64_t H) { return attend::TensorView(p, {1, H, Tv, D}, {0, D, H * D, 1}); };
+  attend::TensorView ov(o.data(), {1, Hq, Tv, D}, {0, D, Hq * D, 1});
+  const uint8_t twist = in.range(0, 5);
+  if (twist == 1) ov = attend::TensorView(const_cast<float*>(q.data()), ov.shape(), ov.strides());  // aliases q
+  if (twist == 2) ov = attend::TensorView(static_cast<const float*>(o.data()), ov.shape(), ov.strides());
+  attend::SdpaOptions opt;
+  opt.window = in.range(0, 4) == 0 ? in.range(0, 6) : 0;
+  opt.num_threads = static_cast<int>(in.range(0, 3));
+
+  std::vector<int64_t> lengths_before;
+  for (const Host& h : seqs) lengths_before.push_back(cache.length(h.id));
+  const int64_t free_before = cache.free_blocks();
+  const std::vector<float> o_before = o;
+  try {
+    attend::paged_attention(token_major(q.data(), Hq), token_major(kn.data(), Hkv), token_major(vn.data(), Hkv), cache,
+                            chunks, ov, opt);
+  } catch (const attend::Error& e) {
+    for (size_t i = 0; i < seqs.size(); ++i)
+      if (cache.length(seqs[i].id) != lengths_before[i]) fail();
+    if (cache.free_blocks() != free_before) fail();
+    if (std::memcmp(o_before.data(), o.data(), o.size() * sizeof(float)) != 0) fail();
+    if (e.code() == attend::ErrorCode::capacity && e.blocks_missing() <= 0) fail();
+    return;
+  }
+  if (Tv != T || (T > 0 && (twist == 1 || twist == 2))) fail();  // should have been rejected
+  for (size_t i = 1; i < chunks.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (chunks[i].seq == chunks[j].seq) fail();
+  // Reference per chunk over the sequence's history plus its new tokens.
+  int64_t first = 0;
+  for (const auto& c : chunks) {
+    const Host* h = nullptr;
+    size_t idx = 0;
+    for (size_t i = 0; i < seqs.size(); ++i)
+      if (seqs[i].id == c.seq) h = &seqs[i], idx = i;
+    if (!h) fail();
+    const int64_t before = lengths_before[idx], total = before + c.tokens;
+    if (cache.length(c.seq) != total) fail();
+    std::vector<float> k(static_cast<size_t>(Hkv * total * D)), v(k.size());
+    for (int64_t hh = 0; hh < Hkv; ++hh)
+      for (int64_t t = 0; t < total; ++t)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t at = static_cast<size_t>((hh * total + t) * D + d);
+          const bool old = t < before;
+          k[at] = old ? h->k[static_cast<size_t>(hh)][static_cast<size_t>(t * D + d)]
+                      : kn[static_cast<size_t>(((first + t - before) * Hkv + hh) * D + d)];
+          v[at] = old ? h->v[static_cast<size_t>(hh)][static_cast<size_t>(t * D + d)]
+                      : vn[static_cast<size_t>(((first + t - before) * Hkv + hh) * D + d)];
+        }
+    attend::SdpaOptions ref;
+    ref.causal = true;
+    ref.window = opt.window;
+    const auto want = attend::testing::reference_attention(
+        attend::TensorView(q.data() + first * Hq * D, {1, Hq, c.tokens, D}, {0, D, Hq * D, 1}),
+        attend::TensorView::dense(k.data(), {1, Hkv, total, D}),
+        attend::TensorView::dense(v.data(), {1, Hkv, total, D}), ref);
+    std::vector<float> got;
+    for (int64_t hh = 0; hh < Hq; ++hh)
+      for (int64_t t = 0; t < c.tokens; ++t)
+        for (int64_t d = 0; d < D; ++d) got.push_back(o[static_cast<size_t>(((first + t) * Hq + hh) * D + d)]);
+    check_close(got, want, 1e-4);
+    first += c.tokens;
+  }
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in{data, size};
   std::mt19937 rng(in.byte() | (in.byte() << 8));
-  switch (in.range(0, 5)) {
+  switch (in.range(0, 6)) {
     case 0: fuzz_layer(in, rng); break;
     case 1:
     case 2: fuzz_cached(in, rng); break;
+    case 6: fuzz_paged(in, rng); break;
     default: fuzz_sdpa(in, rng); break;
   }
   return 0;
