@@ -527,17 +527,18 @@ void print_serve_summary(const SummaryReporter& rep, FILE* out) {
                  "(%.1f%% of %.0f MiB for slots sized for the longest), %.0f MiB held at the trace's end\n",
                  paged->counter("mixed_ratio"), paged->counter("pool_MiB"), paged->counter("mem_vs_slots_pct"),
                  paged->counter("slots_MiB"), paged->counter("used_peak_MiB"));
-  if (pd && sd) {
-    std::fprintf(
-        out,
-        "decode step of 32: slots %.3f ms (%.1f%% of a plain read); paged, %lld-token blocks: %.3f ms (%.1f%%; "
-        "%.1f%% of the slot cache's bandwidth)",
-        sd->seconds * 1e3, sd->stream_pct, static_cast<long long>(kBlockTokens), pd->seconds * 1e3, pd->stream_pct,
-        100.0 * sd->seconds / pd->seconds);
+  if (pd && sd && sd->stream_pct > 0) {
+    // Bandwidth relative to the slot cache from the paired figures (each entry's share of a plain read
+    // timed right after it), which hold when the machine's bandwidth moves between entries.
+    std::fprintf(out,
+                 "decode step of 32 (share of a plain read; relative to the slot cache): slots %.3f ms %.1f%%; "
+                 "paged, %lld-token blocks: %.3f ms %.1f%% (%.2f)",
+                 sd->seconds * 1e3, sd->stream_pct, static_cast<long long>(kBlockTokens), pd->seconds * 1e3,
+                 pd->stream_pct, pd->stream_pct / sd->stream_pct);
     for (int64_t bt : {64, 128, 256})
       if (const auto* e = rep.find("serve/paged-f32-decode-b" + std::to_string(bt)))
-        std::fprintf(out, "; %lld: %.1f%% (%.1f%%)", static_cast<long long>(bt), e->stream_pct,
-                     100.0 * sd->seconds / e->seconds);
+        std::fprintf(out, "; %lld: %.1f%% (%.2f)", static_cast<long long>(bt), e->stream_pct,
+                     e->stream_pct / sd->stream_pct);
     std::fprintf(out, "\n");
   }
 }
