@@ -241,6 +241,25 @@ exec::Problem build_problem(const AttentionCall& call, const Checked& s) {
   return p;
 }
 
+AttentionCall call_from_options(const char* who, const TensorView& q, const TensorView& k, const TensorView& v,
+                                const TensorView& o, const SdpaOptions& opt) {
+  AttentionCall c;
+  c.who = who;
+  c.q = q;
+  c.k = k;
+  c.v = v;
+  c.o = o;
+  c.scale = opt.scale;
+  c.causal = opt.causal;
+  c.window = opt.window;
+  c.kv_lens = opt.kv_lens;
+  c.bias = opt.bias;
+  c.num_threads = opt.num_threads;
+  c.isa = opt.isa;
+  c.context = opt.context;
+  return c;
+}
+
 const kernels::KernelTable& kernel_table(Isa isa) { return dispatch::kernel_table_for(isa); }
 
 void add_attention_needs(const kernels::KernelTable& table, int64_t batch, int64_t q_heads, int64_t kv_heads,

@@ -49,6 +49,11 @@ struct AttentionCall {
   bool check_output = true;  // false: a workspace query, `o` is not given (its checks are skipped)
 };
 
+/// A call from public arguments: q, k, v, o and every SdpaOptions field (cache calls then set
+/// causal and their cache; kv_lens and bias are carried so the validator can reject them there).
+ATTEND_INTERNAL AttentionCall call_from_options(const char* who, const TensorView& q, const TensorView& k,
+                                                const TensorView& v, const TensorView& o, const SdpaOptions& options);
+
 /// What validation derived.
 struct Checked {
   int64_t B = 0, Hq = 0, Hkv = 0, Nq = 0, Nk = 0, D = 0, Dv = 0;

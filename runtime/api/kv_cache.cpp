@@ -108,23 +108,11 @@ void KVCache::append(int64_t seq, const TensorView& k, const TensorView& v) {
 
 void cached_attention(const TensorView& q, const TensorView& k_new, const TensorView& v_new, KVCache& cache,
                       std::span<const int64_t> seqs, const TensorView& o, const SdpaOptions& opt) {
-  detail::AttentionCall c;
-  c.who = "cached_attention";
-  c.q = q;
-  c.k = k_new;
-  c.v = v_new;
-  c.o = o;
+  detail::AttentionCall c = detail::call_from_options("cached_attention", q, k_new, v_new, o, opt);
+  c.causal = true;  // implied; kv_lens and bias are rejected by the validator
   c.cache = &cache;
   c.seqs = seqs;
   c.append = true;
-  c.scale = opt.scale;
-  c.causal = true;
-  c.window = opt.window;
-  c.kv_lens = opt.kv_lens;  // rejected by the validator: lengths come from the cache
-  c.bias = opt.bias;
-  c.num_threads = opt.num_threads;
-  c.isa = opt.isa;
-  c.context = opt.context;
   detail::run(c);
 }
 

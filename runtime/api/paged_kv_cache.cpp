@@ -400,22 +400,10 @@ void PagedStep::attend(const TensorView& q, const TensorView& o, float scale, in
 
 void paged_attention(const TensorView& q, const TensorView& k_new, const TensorView& v_new, PagedKVCache& cache,
                      std::span<const SequenceChunk> chunks, const TensorView& o, const SdpaOptions& opt) {
-  detail::AttentionCall call;
-  call.who = "paged_attention";
-  call.q = q;
-  call.k = k_new;
-  call.v = v_new;
-  call.o = o;
+  detail::AttentionCall call = detail::call_from_options("paged_attention", q, k_new, v_new, o, opt);
+  call.causal = true;  // implied; kv_lens and bias are rejected by the validator
   call.paged = &cache;
   call.chunks = chunks;
-  call.scale = opt.scale;
-  call.causal = true;
-  call.window = opt.window;
-  call.kv_lens = opt.kv_lens;  // rejected by the validator: lengths come from the cache
-  call.bias = opt.bias;
-  call.num_threads = opt.num_threads;
-  call.isa = opt.isa;
-  call.context = opt.context;
   const detail::Checked checked = detail::validate(call);
   detail::PagedStep step(call.who, cache, chunks, checked.Nq);
   const kernels::KernelTable& table = detail::kernel_table(opt.isa);

@@ -11,20 +11,12 @@
 #include <random>
 #include <vector>
 
-#include "../../runtime/numeric/convert.hpp"
 #include "../reference/reference_attention.hpp"
 #include "../test_tensors.hpp"
+#include "cache_test_params.hpp"
 
 namespace attend::testing {
 namespace {
-
-float round_trip(float x, DType t) {
-  switch (t) {
-    case DType::bf16: return numeric::from_bf16(numeric::to_bf16(x));
-    case DType::f16: return numeric::from_f16(numeric::to_f16(x));
-    default: return x;
-  }
-}
 
 class CachedAttention : public ::testing::TestWithParam<std::tuple<Isa, DType>> {};
 
@@ -80,17 +72,7 @@ TEST_P(CachedAttention, MatchesReferenceOverStoredValues) {
       }
 }
 
-std::vector<std::tuple<Isa, DType>> params() {
-  std::vector<std::tuple<Isa, DType>> p;
-  for (Isa isa : supported_isas())
-    for (DType t : {DType::f32, DType::bf16, DType::f16}) p.emplace_back(isa, t);
-  return p;
-}
-
-INSTANTIATE_TEST_SUITE_P(EveryIsaAndType, CachedAttention, ::testing::ValuesIn(params()),
-                         [](const ::testing::TestParamInfo<std::tuple<Isa, DType>>& i) {
-                           return std::string(isa_name(std::get<0>(i.param))) + "_" + dtype_name(std::get<1>(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(EveryIsaAndType, CachedAttention, ::testing::ValuesIn(isa_dtype_params()), isa_dtype_name);
 
 TEST(Conversions, RoundToNearestEvenAndSpecials) {
   // bf16 and f16 against their definitions on values chosen at rounding boundaries.

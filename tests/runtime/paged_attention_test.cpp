@@ -14,20 +14,12 @@
 #include <thread>
 #include <vector>
 
-#include "../../runtime/numeric/convert.hpp"
 #include "../reference/reference_attention.hpp"
 #include "../test_tensors.hpp"
+#include "cache_test_params.hpp"
 
 namespace attend::testing {
 namespace {
-
-float round_trip(float x, DType t) {
-  switch (t) {
-    case DType::bf16: return numeric::from_bf16(numeric::to_bf16(x));
-    case DType::f16: return numeric::from_f16(numeric::to_f16(x));
-    default: return x;
-  }
-}
 
 // Packed tensors of one call, token-major ([T, H, D] in memory, viewed as [1, H, T, D]) as a
 // projection would produce them.
@@ -176,24 +168,14 @@ TEST_P(PagedAttention, MixedChunksMatchReference) {
   }
 }
 
-std::vector<std::tuple<Isa, DType>> params() {
-  std::vector<std::tuple<Isa, DType>> p;
-  for (Isa isa : supported_isas())
-    for (DType t : {DType::f32, DType::bf16, DType::f16}) p.emplace_back(isa, t);
-  return p;
-}
-
-INSTANTIATE_TEST_SUITE_P(EveryIsaAndType, PagedAttention, ::testing::ValuesIn(params()),
-                         [](const ::testing::TestParamInfo<std::tuple<Isa, DType>>& i) {
-                           return std::string(isa_name(std::get<0>(i.param))) + "_" + dtype_name(std::get<1>(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(EveryIsaAndType, PagedAttention, ::testing::ValuesIn(isa_dtype_params()), isa_dtype_name);
 
 // A chunk's rows are the same bits alone or with any other chunks, in any order, on 1, 2, 3 or 16
 // threads. Each configuration runs on forks of the same base sequences (identical contents, other
 // blocks), so every run starts from the same state.
 TEST(PagedAttentionInvariance, ChunkBitsIndependentOfBatchAndThreads) {
-  // 8 kv heads: split-K sized for the batch (32 items in all) would give the long decode 4 ranges
-  // alone and 2 in a batch of three; planned by its own shape it gets 4 in both.
+  // A long decode: split-K sized for the batch (32 items in all) would give it 16 key ranges alone
+  // and 11 in a batch of three; planned by its own shape it gets 16 in both.
   constexpr int64_t Hq = 16, Hkv = 8, D = 64;
   for (Isa isa : supported_isas()) {
     SCOPED_TRACE(isa_name(isa));
@@ -202,7 +184,7 @@ TEST(PagedAttentionInvariance, ChunkBitsIndependentOfBatchAndThreads) {
     std::mt19937 rng(3);
     // Base sequences: a long decode (split-K), a short decode, a prompt continuing at 100.
     const int64_t base[3] = {cache.create_sequence(), cache.create_sequence(), cache.create_sequence()};
-    append_random(cache, hist, rng, base[0], 3000);
+    append_random(cache, hist, rng, base[0], 12000);
     append_random(cache, hist, rng, base[1], 45);
     append_random(cache, hist, rng, base[2], 100);
     const int64_t tokens[3] = {1, 1, 70};
