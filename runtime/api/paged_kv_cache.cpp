@@ -22,8 +22,11 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 struct PagedKVCache::Impl {
   struct Seq {
-    std::vector<int32_t> blocks;  // pool blocks, in token order
-    int64_t length = 0;
+    std::vector<int32_t> blocks;  // pool blocks, in token order (changed only under pool_mutex)
+    // Tokens held. Written by the call that claims the sequence; atomic so that length(), blocks()
+    // and blocks_needed() may read it while another thread appends (they see either value).
+    std::atomic<int64_t> length{0};
+    std::atomic<int64_t> held{0};   // blocks.size(), for blocks() without the pool mutex
     std::atomic<bool> busy{false};  // claimed by a call (detail::PagedStep and the methods below)
   };
 
@@ -56,11 +59,13 @@ struct PagedKVCache::Impl {
       fail(who, "sequence " + str(id) + " is in use by another call", ErrorCode::concurrent_use);
     return *it->second;
   }
-  const Seq& find(const char* who, int64_t id) const {
+  // Reads `id` under the table's lock (so a concurrent release cannot free it meanwhile).
+  template <class Read>
+  auto read(const char* who, int64_t id, Read read) const {
     std::lock_guard<std::mutex> lock(seq_mutex);
     const auto it = seqs.find(id);
     if (it == seqs.end()) fail(who, "unknown sequence id " + str(id));
-    return *it->second;
+    return read(*it->second);
   }
 
   // Blocks appending `tokens` to `s` takes from the pool now (new blocks + a copy of a shared,
@@ -92,6 +97,7 @@ struct PagedKVCache::Impl {
       refs[static_cast<size_t>(b)] = 1;
       s.blocks.push_back(b);
     }
+    s.held = static_cast<int64_t>(s.blocks.size());
   }
 
   // Drops `s`'s blocks past the first `keep`. Needs pool_mutex.
@@ -101,6 +107,7 @@ struct PagedKVCache::Impl {
       if (--refs[static_cast<size_t>(b)] == 0) free_list.push_back(b);
     }
     s.blocks.resize(std::min(keep, s.blocks.size()));
+    s.held = static_cast<int64_t>(s.blocks.size());
   }
 };
 
@@ -157,7 +164,8 @@ int64_t PagedKVCache::fork(int64_t seq) {
   auto copy = std::make_unique<Seq>();
   copy->blocks.reserve(std::max<size_t>(64, src.blocks.capacity()));
   copy->blocks = src.blocks;
-  copy->length = src.length;
+  copy->length = src.length.load();
+  copy->held = src.held.load();
   {
     std::lock_guard<std::mutex> lock(s.pool_mutex);
     for (int32_t b : copy->blocks) ++s.refs[static_cast<size_t>(b)];
@@ -179,10 +187,12 @@ void PagedKVCache::release(int64_t seq) {
   s.seqs.erase(seq);  // destroys `victim` (claimed, so no other call holds it)
 }
 
-int64_t PagedKVCache::length(int64_t seq) const { return impl_->find("PagedKVCache::length", seq).length; }
+int64_t PagedKVCache::length(int64_t seq) const {
+  return impl_->read("PagedKVCache::length", seq, [](const Seq& s) { return s.length.load(); });
+}
 
 int64_t PagedKVCache::blocks(int64_t seq) const {
-  return static_cast<int64_t>(impl_->find("PagedKVCache::blocks", seq).blocks.size());
+  return impl_->read("PagedKVCache::blocks", seq, [](const Seq& s) { return s.held.load(); });
 }
 
 void PagedKVCache::truncate(int64_t seq, int64_t tokens) {
@@ -205,11 +215,11 @@ int64_t PagedKVCache::free_blocks() const {
 int64_t PagedKVCache::blocks_needed(std::span<const SequenceChunk> chunks) const {
   const Impl& s = *impl_;
   int64_t n = 0;
-  for (const SequenceChunk& c : chunks) {
-    const Seq& q = s.find("PagedKVCache::blocks_needed", c.seq);
-    std::lock_guard<std::mutex> lock(s.pool_mutex);
-    n += s.needed(q, c.tokens);
-  }
+  for (const SequenceChunk& c : chunks)
+    n += s.read("PagedKVCache::blocks_needed", c.seq, [&](const Seq& q) {
+      std::lock_guard<std::mutex> lock(s.pool_mutex);  // (block tables change only under it)
+      return s.needed(q, c.tokens);
+    });
   return n;
 }
 
@@ -326,11 +336,11 @@ void PagedStep::take_blocks() {
   PagedKVCache::Impl& c = *cache_.impl_;
   Scratch& s = scratch_;
   const size_t n = chunks_.size();
-  // Block tables grow before the pool is touched (this may allocate, and changes nothing visible).
-  for (size_t i = 0; i < n; ++i)
-    s.seqs[i]->blocks.reserve(static_cast<size_t>(c.blocks_for(s.lengths[i] + chunks_[i].tokens)));
   {
     std::lock_guard<std::mutex> lock(c.pool_mutex);
+    // Block tables grow first (this may allocate, and changes nothing visible).
+    for (size_t i = 0; i < n; ++i)
+      s.seqs[i]->blocks.reserve(static_cast<size_t>(c.blocks_for(s.lengths[i] + chunks_[i].tokens)));
     int64_t need = 0;
     for (size_t i = 0; i < n; ++i) need += c.needed(*s.seqs[i], chunks_[i].tokens);
     const int64_t have = static_cast<int64_t>(c.free_list.size());
