@@ -359,7 +359,7 @@ void PagedStep::store(const TensorView& k, const TensorView& v, int threads) {
   Scratch& s = scratch_;
   const size_t n = chunks_.size();
   const int64_t heads = c.config.kv_heads, bt = c.bt();
-  parallel::parallel_for(static_cast<int64_t>(n) * heads, threads, [&](int64_t item, int) {
+  auto store_item = [&](int64_t item, int) {
     const size_t i = static_cast<size_t>(item / heads);
     const int64_t h = item % heads;
     const Seq& q = *s.seqs[i];
@@ -373,7 +373,8 @@ void PagedStep::store(const TensorView& k, const TensorView& v, int threads) {
                     v.data() + h * v.stride(1) + tok * v.stride(2), v.stride(2));
       t += count;
     }
-  });
+  };
+  parallel::parallel_for(static_cast<int64_t>(n) * heads, threads, store_item);
   for (size_t i = 0; i < n; ++i) s.seqs[i]->length = s.lengths[i] + chunks_[i].tokens;
 }
 

@@ -53,7 +53,9 @@ Schedule& schedule_for(const Problem& pr, const kernels::KernelTable& table) {
     const auto cost = [&](size_t i) {
       return pr.entries[i].num_queries * std::max<int64_t>(1, pr.entries[i].num_keys);
     };
-    std::stable_sort(s.order.begin(), s.order.end(), [&](size_t a, size_t b) { return cost(a) > cost(b); });
+    // (std::sort with the index as tie-break: stable, and unlike std::stable_sort it never allocates)
+    std::sort(s.order.begin(), s.order.end(),
+              [&](size_t a, size_t b) { return cost(a) != cost(b) ? cost(a) > cost(b) : a < b; });
   }
   s.partial_floats = 0;
   s.stride = 0;

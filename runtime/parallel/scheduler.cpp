@@ -21,7 +21,7 @@ int default_threads(int in_flight) {
 int default_threads(int) { return 1; }
 #endif
 
-void parallel_for(int64_t count, int threads, const std::function<void(int64_t, int)>& body) {
+void parallel_for(int64_t count, int threads, ItemFn body) {
   if (count <= 0) return;
   if (threads > count) threads = static_cast<int>(count);
   if (threads <= 1) {

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 
 namespace attend::parallel {
 
@@ -11,10 +10,23 @@ namespace attend::parallel {
 /// 1 in a build without OpenMP.
 int default_threads(int in_flight);
 
+/// A non-owning reference to a callable body(item, thread): unlike std::function it never
+/// allocates, so a warm call's parallel loop costs no heap traffic. The callable must outlive it.
+class ItemFn {
+ public:
+  template <class F>
+  ItemFn(F& f) : object_(&f), call_([](void* o, int64_t item, int thread) { (*static_cast<F*>(o))(item, thread); }) {}
+  void operator()(int64_t item, int thread) const { call_(object_, item, thread); }
+
+ private:
+  void* object_;
+  void (*call_)(void*, int64_t, int);
+};
+
 /// Runs body(item, thread) for item in [0, count) on up to `threads` threads, dynamically scheduled
 /// one item at a time in index order (callers put the heaviest items first); `thread` in
 /// [0, threads) identifies the worker (for per-thread scratch). The first exception a body throws
 /// is rethrown on the calling thread after the loop.
-void parallel_for(int64_t count, int threads, const std::function<void(int64_t item, int thread)>& body);
+void parallel_for(int64_t count, int threads, ItemFn body);
 
 }  // namespace attend::parallel
