@@ -100,10 +100,11 @@ struct PagedKVCache::Impl {
     s.held = static_cast<int64_t>(s.blocks.size());
   }
 
-  // Drops `s`'s blocks past the first `keep`. Needs pool_mutex.
+  // Drops `s`'s blocks past the first `keep`. Needs pool_mutex. Freed blocks are pushed last
+  // first, so they are handed out again in their old (usually ascending, adjacent) order.
   void drop(Seq& s, size_t keep) {
-    for (size_t i = keep; i < s.blocks.size(); ++i) {
-      const int32_t b = s.blocks[i];
+    for (size_t i = s.blocks.size(); i > keep; --i) {
+      const int32_t b = s.blocks[i - 1];
       if (--refs[static_cast<size_t>(b)] == 0) free_list.push_back(b);
     }
     s.blocks.resize(std::min(keep, s.blocks.size()));
@@ -134,7 +135,9 @@ PagedKVCache::PagedKVCache(const PagedKVCacheConfig& c) : impl_(std::make_unique
     Impl::fail(who, "unknown dtype " + str(static_cast<int64_t>(c.dtype)));
   Impl& s = *impl_;
   s.config = c;
-  s.store = detail::KvStore(c.dtype, c.kv_heads, c.head_dim, c.block_tokens, c.num_blocks);
+  // Head-major: a kv head's blocks are adjacent, so blocks a sequence takes together (a prompt
+  // chunk's) are read by decode as one run per head (see docs/design.md, paged attention).
+  s.store = detail::KvStore(c.dtype, c.kv_heads, c.head_dim, c.block_tokens, c.num_blocks, /*head_major=*/true);
   s.refs.assign(static_cast<size_t>(c.num_blocks), 0);
   s.free_list.resize(static_cast<size_t>(c.num_blocks));
   // Handed out from the back: block 0 first, so a fresh cache fills the pool front to back.
@@ -321,7 +324,6 @@ void PagedStep::add_needs(const kernels::KernelTable& table, int64_t q_heads, in
   p.kv_heads = cfg.kv_heads;
   p.head_dim = p.value_dim = cfg.head_dim;
   p.plan_each_entry = true;
-  p.page_tokens = cache_.config().block_tokens;  // (the plan takes paged decode from it)
   p.entries.resize(chunks_.size());
   for (size_t i = 0; i < chunks_.size(); ++i) {
     exec::BatchEntry& e = p.entries[i];

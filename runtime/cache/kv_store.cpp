@@ -38,14 +38,15 @@ void store_rows(uint16_t* k, uint16_t* v, int64_t index, int64_t count, int64_t 
 }
 }  // namespace
 
-KvStore::KvStore(DType dtype, int64_t kv_heads, int64_t head_dim, int64_t page_tokens, int64_t pages)
-    : kv_type_(kv_type_of(dtype)),
+KvStore::KvStore(DType dtype, int64_t kv_heads, int64_t head_dim, int64_t page_tokens, int64_t pages, bool head_major)
+    : head_major_(head_major),
+      kv_type_(kv_type_of(dtype)),
       kv_heads_(kv_heads),
       head_dim_(head_dim),
       page_tokens_(page_tokens),
       pages_(pages),
       element_bytes_(dtype == DType::f32 ? 4 : 2) {
-  half_bytes_ = page_bytes() * static_cast<size_t>(pages);
+  half_bytes_ = static_cast<size_t>(kv_heads * pages * page_elems()) * element_bytes_;
   if (half_bytes_ == 0) return;
   void* p = mmap(nullptr, 2 * half_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
@@ -74,6 +75,7 @@ KvStore& KvStore::operator=(KvStore&& o) noexcept {
   page_tokens_ = o.page_tokens_;
   pages_ = o.pages_;
   element_bytes_ = o.element_bytes_;
+  head_major_ = o.head_major_;
   half_bytes_ = o.half_bytes_;
   keys_ = std::exchange(o.keys_, nullptr);
   values_ = std::exchange(o.values_, nullptr);
@@ -84,10 +86,8 @@ KvStore& KvStore::operator=(KvStore&& o) noexcept {
 void KvStore::store(int64_t page, int64_t head, int64_t index, int64_t count, const float* k, int64_t k_stride,
                     const float* v, int64_t v_stride) {
   const int64_t hd = head_dim_;
-  const size_t at =
-      page_bytes() * static_cast<size_t>(page) + static_cast<size_t>(head * head_stride()) * element_bytes_;
-  unsigned char* kp = keys_ + at;
-  unsigned char* vp = values_ + at;
+  unsigned char* kp = keys_ + at(page, head);
+  unsigned char* vp = values_ + at(page, head);
   switch (kv_type_) {
     case kernels::KvType::f32: {
       constexpr int64_t kb = kernels::kKeyBlock;
@@ -118,10 +118,8 @@ void KvStore::copy_page(int64_t from, int64_t to, int64_t tokens) {
   const int64_t blocked = (tokens + kernels::kKeyBlock - 1) / kernels::kKeyBlock * kernels::kKeyBlock;
   const size_t k_bytes = static_cast<size_t>(blocked * head_dim_) * element_bytes_;
   const size_t v_bytes = static_cast<size_t>(tokens * head_dim_) * element_bytes_;
-  const size_t head_bytes = static_cast<size_t>(head_stride()) * element_bytes_;
   for (int64_t h = 0; h < kv_heads_; ++h) {
-    const size_t src = page_bytes() * static_cast<size_t>(from) + static_cast<size_t>(h) * head_bytes;
-    const size_t dst = page_bytes() * static_cast<size_t>(to) + static_cast<size_t>(h) * head_bytes;
+    const size_t src = at(from, h), dst = at(to, h);
     std::memcpy(keys_ + dst, keys_ + src, k_bytes);
     std::memcpy(values_ + dst, values_ + src, v_bytes);
   }

@@ -19,7 +19,7 @@ class ATTEND_INTERNAL KvStore {
   KvStore() = default;
   /// Zero-filled pages, mapped lazily (untouched pages take no memory). page_tokens is a multiple
   /// of kernels::kKeyBlock. Throws std::bad_alloc if the mapping fails.
-  KvStore(DType dtype, int64_t kv_heads, int64_t head_dim, int64_t page_tokens, int64_t pages);
+  KvStore(DType dtype, int64_t kv_heads, int64_t head_dim, int64_t page_tokens, int64_t pages, bool head_major = false);
   ~KvStore();
   KvStore(KvStore&&) noexcept;
   KvStore& operator=(KvStore&&) noexcept;
@@ -29,15 +29,15 @@ class ATTEND_INTERNAL KvStore {
   kernels::KvType kv_type() const { return kv_type_; }
   int64_t page_tokens() const { return page_tokens_; }
   /// Elements between one kv head's data and the next within a page (page_tokens × head_dim).
-  int64_t head_stride() const { return page_tokens_ * head_dim_; }
+  int64_t head_stride() const { return head_major_ ? pages_ * page_elems() : page_elems(); }
   /// Elements between the same head's data in consecutive pages.
-  int64_t page_stride() const { return kv_heads_ * head_stride(); }
+  int64_t page_stride() const { return head_major_ ? page_elems() : kv_heads_ * page_elems(); }
   /// Bytes of K and V together.
   size_t bytes() const { return 2 * half_bytes_; }
 
   /// K (blocked) / V of kv head 0 of `page` (head h is h·head_stride() elements further).
-  const void* keys(int64_t page) const { return keys_ + page_bytes() * static_cast<size_t>(page); }
-  const void* values(int64_t page) const { return values_ + page_bytes() * static_cast<size_t>(page); }
+  const void* keys(int64_t page) const { return keys_ + at(page, 0); }
+  const void* values(int64_t page) const { return values_ + at(page, 0); }
 
   /// Writes `count` tokens of kv head `head` at in-page index `index` on: token t's K row at
   /// k + t·k_stride, V row at v + t·v_stride (head_dim f32 each), converted to the storage type
@@ -48,7 +48,12 @@ class ATTEND_INTERNAL KvStore {
   void copy_page(int64_t from, int64_t to, int64_t tokens);
 
  private:
-  size_t page_bytes() const { return static_cast<size_t>(page_stride()) * element_bytes_; }
+  int64_t page_elems() const { return page_tokens_ * head_dim_; }
+  // Byte offset of (page, head) in the K (or V) array.
+  size_t at(int64_t page, int64_t head) const {
+    return static_cast<size_t>(page * page_stride() + head * head_stride()) * element_bytes_;
+  }
+  bool head_major_ = false;
   kernels::KvType kv_type_ = kernels::KvType::f32;
   int64_t kv_heads_ = 0, head_dim_ = 0, page_tokens_ = 0, pages_ = 0;
   size_t element_bytes_ = 4, half_bytes_ = 0;

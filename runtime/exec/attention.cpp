@@ -44,7 +44,7 @@ Schedule& schedule_for(const Problem& pr, const kernels::KernelTable& table) {
   } else {
     for (size_t i = 0; i < n; ++i)
       s.plans[i] = plan::make_plan(table, 1, pr.q_heads, pr.kv_heads, pr.entries[i].num_queries, pr.entries[i].num_keys,
-                                   pr.head_dim, pr.value_dim, pr.page_tokens > 0);
+                                   pr.head_dim, pr.value_dim);
   }
   for (size_t i = 0; i < n; ++i) s.order[i] = i;
   if (pr.plan_each_entry) {
@@ -131,7 +131,7 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     const int64_t split = rest % p.key_splits;
     rest /= p.key_splits;
     const int64_t block = p.row_blocks - 1 - rest % p.row_blocks;
-    const int64_t hkv = p.heads_together ? 0 : rest / p.row_blocks;
+    const int64_t hkv = rest / p.row_blocks;
     const int64_t h0 = hkv * p.group;
 
     kernels::FlashWork w{};
@@ -147,8 +147,6 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     w.pages = e.pages;
     w.page_tokens = pr.page_tokens;
     w.page_stride = pr.page_stride;
-    w.heads = p.heads_together ? pr.kv_heads : 1;
-    w.kv_head_stride = pr.k_head_stride;  // (a cache's K and V share it)
     if (e.bias) {
       w.bias = e.bias + h0 * pr.bias_head_stride;
       w.bias_head_stride = pr.bias_head_stride;
@@ -177,11 +175,9 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
                     static_cast<size_t>((hkv * p.key_splits + split) * kernels::split_state_floats(p.group_rows, Dv));
       w.partial_acc = base;
       w.partial_ml = base + p.group_rows * Dv;
-      w.partial_head_stride = p.key_splits * kernels::split_state_floats(p.group_rows, Dv);
     }
     if (w.row_count <= 0) return;
-    const kernels::FlashFn fn = p.heads_together ? table.flash_paged_decode : p.flash_for(w.row_count);
-    fn(w, scratch + static_cast<size_t>(thread) * s.stride);
+    p.flash_for(w.row_count)(w, scratch + static_cast<size_t>(thread) * s.stride);
   };
   parallel::parallel_for(items, nthreads, run_item);
   if (!partial) return;

@@ -158,15 +158,13 @@ void pv_runs(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alph
 }
 
 // Scratch layout, in floats, each part 64-byte aligned.
-// qt, st, oacc, m, l and alpha are per kv head (`heads` of them, *_head floats apart: the paged
-// decode driver keeps every head's state); the rest is shared.
+// Scratch layout, in floats, each part 64-byte aligned.
 struct Layout {
   int64_t qt, st, oacc, kpanel, vpanel, m, l, alpha, ones, lo, hi, colmax, zeros, total;
-  int64_t qt_head, st_head, oacc_head, ml_head;
 };
 
 template <class Arch>
-Layout make_layout(int64_t head_dim, int64_t value_dim, int64_t rows, int64_t heads = 1) {
+Layout make_layout(int64_t head_dim, int64_t value_dim, int64_t rows) {
   using T = Tiles<Arch>;
   constexpr int64_t W = T::W;
   const int64_t rows_p = round_up(max64(rows, 1), W);
@@ -180,18 +178,14 @@ Layout make_layout(int64_t head_dim, int64_t value_dim, int64_t rows, int64_t he
     at += round_up(n, 16);
     return here;
   };
-  s.qt_head = round_up(dp * rows_p, 16);
-  s.st_head = round_up(keys * rows_p, 16);
-  s.oacc_head = round_up(rows_p * dvp, 16);
-  s.ml_head = round_up(rows_p, 16);
-  s.qt = take(s.qt_head * heads);
-  s.st = take(s.st_head * heads);
-  s.oacc = take(s.oacc_head * heads);
+  s.qt = take(dp * rows_p);
+  s.st = take(keys * rows_p);
+  s.oacc = take(rows_p * dvp);
   s.kpanel = take(T::kBlockKeys * dp);
   s.vpanel = take(keys * dvp);
-  s.m = take(s.ml_head * heads);
-  s.l = take(s.ml_head * heads);
-  s.alpha = take(s.ml_head * heads);
+  s.m = take(rows_p);
+  s.l = take(rows_p);
+  s.alpha = take(rows_p);
   s.ones = take(rows_p);
   s.lo = take(rows_p);
   s.hi = take(rows_p);

@@ -26,25 +26,16 @@ struct WideDriver {
   static void run(const FlashWork& w, float* scratch) { flash_wide<Arch, E>(w, scratch); }
 };
 
-template <class Arch, class E>
-struct PagedDecodeDriver {
-  static void run(const FlashWork& w, float* scratch) { flash_paged_decode<Arch, E>(w, scratch); }
-};
-
 template <class Arch>
-size_t scratch_floats(int64_t head_dim, int64_t value_dim, int64_t rows, int64_t heads) {
-  return static_cast<size_t>(make_layout<Arch>(head_dim, value_dim, rows, heads < 1 ? 1 : heads).total);
+size_t scratch_floats(int64_t head_dim, int64_t value_dim, int64_t rows) {
+  return static_cast<size_t>(make_layout<Arch>(head_dim, value_dim, rows).total);
 }
 
 template <class Arch>
 KernelTable make_table(const char* name) {
   using T = Tiles<Arch>;
-  return KernelTable{name,
-                     KernelGeometry{T::W, T::kBlockRows, T::kBlockKeys, T::kNarrowMaxRows},
-                     &flash_any_type<Arch, NarrowDriver>,
-                     &flash_any_type<Arch, WideDriver>,
-                     &flash_any_type<Arch, PagedDecodeDriver>,
-                     &scratch_floats<Arch>};
+  return KernelTable{name, KernelGeometry{T::W, T::kBlockRows, T::kBlockKeys, T::kNarrowMaxRows},
+                     &flash_any_type<Arch, NarrowDriver>, &flash_any_type<Arch, WideDriver>, &scratch_floats<Arch>};
 }
 
 }  // namespace

@@ -15,8 +15,7 @@ namespace {
 
 // Narrow path: a few query rows (decode). Requires head_dim % W == 0.
 
-// What the kv heads of one work item share: the rows' visible key ranges (they depend on query
-// positions only) and the key range the item walks.
+// The rows' visible key ranges and the key range the work item walks.
 struct NarrowRows {
   int64_t nr, depth, dvp;
   int row_pack;              // rows are processed in packs of a power of two (padding rows zero)
@@ -53,15 +52,14 @@ NarrowRows narrow_rows(const FlashWork& w) {
   return R;
 }
 
-// One kv head's state: pre-scaled queries [row_pack][D], accumulators, max and sum (running), and
-// the current tile's scores and rescale factors.
+// The head's state: pre-scaled queries [row_pack][D], accumulators, max and sum (running), and the
+// current tile's scores and rescale factors.
 struct NarrowHead {
   float *qn, *oacc, *m, *l, *s, *alpha;
 };
 
-inline NarrowHead narrow_head(float* scratch, const Layout& L, int64_t h) {
-  return {scratch + L.qt + h * L.qt_head, scratch + L.oacc + h * L.oacc_head, scratch + L.m + h * L.ml_head,
-          scratch + L.l + h * L.ml_head,  scratch + L.st + h * L.st_head,     scratch + L.alpha + h * L.ml_head};
+inline NarrowHead narrow_head(float* scratch, const Layout& L) {
+  return {scratch + L.qt, scratch + L.oacc, scratch + L.m, scratch + L.l, scratch + L.st, scratch + L.alpha};
 }
 
 inline void narrow_init(const FlashWork& w, const NarrowRows& R, const NarrowHead& h) {
@@ -76,7 +74,7 @@ inline void narrow_init(const FlashWork& w, const NarrowRows& R, const NarrowHea
   std::memset(h.oacc, 0, sizeof(float) * R.nr * R.dvp);
 }
 
-// Scratch every head shares.
+// Scratch besides the head's state.
 struct NarrowShared {
   float* vpanel;
   const float *ones, *zeros;
@@ -91,8 +89,7 @@ NarrowShared narrow_shared(float* scratch, const Layout& L, int64_t depth, int64
   return {scratch + L.vpanel, ones, zeros};
 }
 
-// A tile of keys [j0, j0 + nk) for one head, in three phases (the paged driver runs each phase for
-// every head before the next): scores, online softmax, P·V.
+// A tile of keys [j0, j0 + nk), in three phases: scores, online softmax, P·V.
 //
 // Scores. Blocked K: blk[b] is the address of the tile's block b, and blocks [blocks, known) are
 // the ones scored next (prefetched while this tile is scored).
@@ -194,7 +191,7 @@ void flash_narrow(const FlashWork& w, float* scratch) {
   const NarrowRows R = narrow_rows<Arch>(w);
   const Layout L = make_layout<Arch>(w.head_dim, w.value_dim, R.nr);
   const NarrowShared sh = narrow_shared<Arch>(scratch, L, R.depth, R.nr);
-  const NarrowHead h = narrow_head(scratch, L, 0);
+  const NarrowHead h = narrow_head(scratch, L);
   narrow_init(w, R, h);
   const KvSource<E> src(w);
   // Blocked K: the addresses of a tile's blocks and of the next blocks (prefetched while scoring).
@@ -211,71 +208,6 @@ void flash_narrow(const FlashWork& w, float* scratch) {
     narrow_pv_phase<Arch, E>(w, R, h, sh, src, j0, nk);
   }
   write_rows<Arch>(w, RowMap{&w}, h.oacc, R.dvp, h.m, h.l);
-}
-
-// Work item `w` restricted to kv head h of the w.heads it covers.
-template <class E>
-FlashWork head_work(const FlashWork& w, int64_t h) {
-  FlashWork x = w;
-  x.heads = 1;
-  x.q = w.q + h * w.group * w.q_head_stride;
-  x.o = w.o + h * w.group * w.o_head_stride;
-  x.k = static_cast<const E*>(w.k) + h * w.kv_head_stride;
-  x.v = static_cast<const E*>(w.v) + h * w.kv_head_stride;
-  if (w.bias) x.bias = w.bias + h * w.group * w.bias_head_stride;
-  if (w.partial_acc) {
-    x.partial_acc = w.partial_acc + h * w.partial_head_stride;
-    x.partial_ml = w.partial_ml + h * w.partial_head_stride;
-  }
-  return x;
-}
-
-/// Heads a paged decode item keeps state for at once (more are done in groups of this many).
-constexpr int64_t kPagedHeadGroup = 16;
-
-// Decode over a paged cache: every kv head of one sequence in one item. A page holds all heads' K
-// contiguously (and all heads' V), so the item scores every head's keys of a tile (each page's
-// heads one after another), then runs every head's softmax, then every head's P·V: the reads of a
-// page are one run per tile instead of a short run per (page, head) item. Heads go in groups of
-// kPagedHeadGroup.
-template <class Arch, class E>
-void flash_paged_decode(const FlashWork& w, float* scratch) {
-  constexpr int64_t ldsn = Tiles<Arch>::kNarrowBlockKeys;
-  const NarrowRows R = narrow_rows<Arch>(w);
-  const Layout L = make_layout<Arch>(w.head_dim, w.value_dim, R.nr, min64(w.heads, kPagedHeadGroup));
-  const NarrowShared sh = narrow_shared<Arch>(scratch, L, R.depth, R.nr);
-  const E* blk[ldsn / kKeyBlock + kMaxBlockedGroup];
-  FlashWork hw[kPagedHeadGroup];
-  NarrowHead hs[kPagedHeadGroup];
-  for (int64_t h0 = 0; h0 < w.heads; h0 += kPagedHeadGroup) {
-    const int64_t heads = min64(kPagedHeadGroup, w.heads - h0);
-    for (int64_t h = 0; h < heads; ++h) {
-      hw[h] = head_work<E>(w, h0 + h);
-      hs[h] = narrow_head(scratch, L, h);
-      narrow_init(hw[h], R, hs[h]);
-    }
-    for (int64_t j0 = R.key_lo; j0 < R.key_hi; j0 += ldsn) {
-      const int64_t nk = min64(ldsn, R.key_hi - j0);
-      const int64_t blocks = (nk + kKeyBlock - 1) / kKeyBlock;
-      for (int64_t h = 0; h < heads; ++h) {
-        const KvSource<E> src(hw[h]);
-        for (int64_t b = 0; b < blocks; ++b) blk[b] = src.key_block(j0 + b * kKeyBlock);
-        // The next blocks read: the next head's in this tile, or the first head's in the next one.
-        int64_t known = blocks;
-        const bool last = h + 1 == heads;
-        if (!last || j0 + nk < R.key_hi) {
-          const KvSource<E> next(hw[last ? 0 : h + 1]);
-          const int64_t j1 = last ? j0 + nk : j0;
-          const int64_t more = min64(kMaxBlockedGroup, (R.key_hi - j1 + kKeyBlock - 1) / kKeyBlock);
-          for (int64_t b = 0; b < more; ++b) blk[known++] = next.key_block(j1 + b * kKeyBlock);
-        }
-        narrow_scores_phase<Arch, E>(hw[h], R, hs[h], sh, src, blk, known, j0, nk);
-      }
-      for (int64_t h = 0; h < heads; ++h) narrow_softmax_phase<Arch>(hw[h], R, hs[h], j0, nk);
-      for (int64_t h = 0; h < heads; ++h) narrow_pv_phase<Arch, E>(hw[h], R, hs[h], sh, KvSource<E>(hw[h]), j0, nk);
-    }
-    for (int64_t h = 0; h < heads; ++h) write_rows<Arch>(hw[h], RowMap{&hw[h]}, hs[h].oacc, R.dvp, hs[h].m, hs[h].l);
-  }
 }
 
 }  // namespace

@@ -42,10 +42,6 @@ struct FlashWork {
   // page_stride elements apart. page_tokens is a multiple of kKeyBlock.
   const int32_t* pages;
   int64_t page_tokens, page_stride;
-  // Several kv heads in one item (flash_paged_decode only; 0 or 1 otherwise): head h's q, o, bias
-  // start h·group heads further, its k and v kv_head_stride elements further, its split-K partial
-  // state partial_head_stride floats further.
-  int64_t heads, kv_head_stride, partial_head_stride;
   // Optional additive bias for (b, first head of the group), in natural-log units (the kernel
   // multiplies by log2 e). Element (g, i, j) at bias[g*bias_head_stride + i*bias_row_stride +
   // j*bias_key_stride]; null when absent.
@@ -94,17 +90,15 @@ struct KernelGeometry {
 };
 
 using FlashFn = void (*)(const FlashWork& work, float* scratch);
-using ScratchFn = size_t (*)(int64_t head_dim, int64_t value_dim, int64_t row_count, int64_t heads);
+using ScratchFn = size_t (*)(int64_t head_dim, int64_t value_dim, int64_t row_count);
 
 /// The kernels of one ISA. `name` follows XNNPACK's convention: datatype, operation, ISA.
 struct KernelTable {
   const char* name;
   KernelGeometry geometry;
-  FlashFn flash_narrow;        // computes one FlashWork of a few rows (decode); needs narrow_fits
-  FlashFn flash_wide;          // computes one FlashWork of any rows (prefill)
-  FlashFn flash_paged_decode;  // narrow, every kv head of a paged sequence in one item (FlashWork::heads)
-  ScratchFn scratch_floats;    // per-thread scratch of a kernel for `heads` kv heads (1 unless
-                               // flash_paged_decode), in floats (64-byte aligned)
+  FlashFn flash_narrow;      // computes one FlashWork of a few rows (decode); needs narrow_fits
+  FlashFn flash_wide;        // computes one FlashWork of any rows (prefill)
+  ScratchFn scratch_floats;  // per-thread scratch the flash kernel needs, in floats (64-byte aligned)
 };
 
 // One table per compiled ISA (defined in runtime/kernels/arch/*.cpp). Null when not compiled in.

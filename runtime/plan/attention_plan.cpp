@@ -1,7 +1,5 @@
 #include "attention_plan.hpp"
 
-#include <algorithm>
-
 #include "../parallel/partition.hpp"
 
 namespace attend::plan {
@@ -12,11 +10,9 @@ namespace attend::plan {
 // most ranges of ≥ 512 keys) by 0–5 points of stream for f32 and 2–10% for bf16; 16 was no better,
 // 64 worse.
 constexpr int64_t kDecodeTargetItems = 32;
-// kernels::kPagedHeadGroup (the kernel headers are per-ISA code; the plan only needs the number).
-constexpr int64_t kPagedHeadGroup = 16;
 
 AttentionPlan make_plan(const kernels::KernelTable& table, int64_t batch, int64_t q_heads, int64_t kv_heads,
-                        int64_t num_queries, int64_t num_keys, int64_t head_dim, int64_t value_dim, bool paged) {
+                        int64_t num_queries, int64_t num_keys, int64_t head_dim, int64_t value_dim) {
   AttentionPlan p;
   p.table = &table;
   p.batch = batch;
@@ -32,14 +28,10 @@ AttentionPlan make_plan(const kernels::KernelTable& table, int64_t batch, int64_
   p.block_rows = p.group_rows <= g.narrow_max_rows ? p.group_rows : g.block_rows;
   if (p.block_rows == 0) p.block_rows = 1;
   p.row_blocks = parallel::row_blocks(p.group_rows, p.block_rows);
-  p.heads_together = paged && p.row_blocks == 1 && g.narrow_fits(p.block_rows, head_dim);
-  // Items before splitting: (batch, kv head) pairs, or batch entries when heads go together.
-  const int64_t pairs = batch * (p.heads_together ? 1 : kv_heads);
-  const auto split = parallel::split_keys(num_keys, p.row_blocks, pairs, kDecodeTargetItems);
+  const auto split = parallel::split_keys(num_keys, p.row_blocks, batch * kv_heads, kDecodeTargetItems);
   p.key_splits = split.count;
   p.split_keys = split.keys;
-  p.scratch_floats = table.scratch_floats(head_dim, value_dim, p.block_rows,
-                                          p.heads_together ? std::min<int64_t>(kv_heads, kPagedHeadGroup) : 1);
+  p.scratch_floats = table.scratch_floats(head_dim, value_dim, p.block_rows);
   return p;
 }
 

@@ -19,22 +19,18 @@ struct AttentionPlan {
   int64_t key_splits = 1;     // key ranges per block (split-K decode)
   int64_t split_keys = 0;     // keys per range
   size_t scratch_floats = 0;  // per thread
-  /// Decode over a paged cache: one item covers every kv head of a sequence's key range, run by
-  /// KernelTable::flash_paged_decode (see kernels/flash_narrow.hpp).
-  bool heads_together = false;
   /// The flash driver for a block of `rows` rows: narrow (decode) when the kernels' geometry allows
   /// it, else wide. The one place the path is chosen.
   kernels::FlashFn flash_for(int64_t rows) const {
     return table->geometry.narrow_fits(rows, head_dim) ? table->flash_narrow : table->flash_wide;
   }
-  int64_t items() const { return batch * (heads_together ? 1 : kv_heads) * row_blocks * key_splits; }
+  int64_t items() const { return batch * kv_heads * row_blocks * key_splits; }
   size_t partial_floats() const {
     return key_splits > 1 ? static_cast<size_t>(batch * kv_heads * key_splits * group_rows * (value_dim + 2)) : 0;
   }
 };
 
-/// `paged`: the keys live in a paged cache, and decode-shaped work takes heads_together.
 AttentionPlan make_plan(const kernels::KernelTable& table, int64_t batch, int64_t q_heads, int64_t kv_heads,
-                        int64_t num_queries, int64_t num_keys, int64_t head_dim, int64_t value_dim, bool paged = false);
+                        int64_t num_queries, int64_t num_keys, int64_t head_dim, int64_t value_dim);
 
 }  // namespace attend::plan
