@@ -272,9 +272,12 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("threads", std::to_string(threads));
   benchmark::AddCustomContext("fma_peak_gflops", std::to_string(peak));
   // What the cache/ and layer/ entries store and read, so collected results say it themselves.
-  benchmark::AddCustomContext("kv_cache_layout",
-                              "attend: K in 16-token blocks [head_dim][16], V row-major [token][head_dim], per (seq, "
-                              "kv head), capacity rounded up to 16; onednn: f32 [B][Hkv][L][D]");
+  benchmark::AddCustomContext(
+      "kv_cache_layout",
+      "attend: K in 16-token blocks [head_dim][16], V row-major [token][head_dim], per (seq, "
+      "kv head), capacity rounded up to 16; paged (cache/attend-paged-f32, serve/paged-*): the same per "
+      "block of 32 tokens (serve/*-b64|b128|b256: larger), pool head-major; onednn: f32 "
+      "[B][Hkv][L][D] (serve/onednn: per sequence)");
   benchmark::AddCustomContext("kv_cache_dtypes",
                               "cache/attend-f32|bf16|f16 store K/V as named, compute f32; layer/* use an f32 cache "
                               "except layer/attend-bf16 (bf16 cache)");
