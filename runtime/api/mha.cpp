@@ -130,7 +130,8 @@ struct MultiHeadAttention::Impl {
   template <class PositionFn>
   void rope(float* rows, int64_t ld, int64_t heads, int64_t batch, int64_t tokens, PositionFn position) const {
     const int64_t half = hd / 2;
-    std::vector<float> cs(static_cast<size_t>(2 * half));
+    thread_local std::vector<float> cs;  // (kept: a warm call allocates nothing)
+    cs.resize(static_cast<size_t>(2 * half));
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t t = 0; t < tokens; ++t) {
         const double pos = static_cast<double>(position(b, t));
@@ -410,7 +411,8 @@ void MultiHeadAttention::forward_paged(const float* x, float* y, std::span<const
 
   s.project(x, T, true, true, p, lease);
   if (s.cfg.rope) {
-    std::vector<int64_t> position(static_cast<size_t>(T));
+    thread_local std::vector<int64_t> position;
+    position.resize(static_cast<size_t>(T));
     for (size_t i = 0, t = 0; i < chunks.size(); ++i)
       for (int64_t j = 0; j < chunks[i].tokens; ++j) position[t++] = step.length_before(i) + j;
     auto pos = [&](int64_t, int64_t t) { return position[static_cast<size_t>(t)]; };
