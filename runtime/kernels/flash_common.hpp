@@ -104,8 +104,16 @@ struct KvSource {
         v_row_stride(w.v_row_stride),
         depth(w.head_dim) {}
 
-  // Keys from j to the end of its run (capped at `limit`).
-  int64_t run(int64_t j, int64_t limit) const { return pages ? min64(limit, page_tokens - j % page_tokens) : limit; }
+  // Keys from j to the end of its run (capped at `limit`): to the end of its page, and on through
+  // the pages after it that are adjacent in memory (a head-major pool, pages taken together). Keys
+  // below j + limit exist, so the pages looked at are in the table.
+  int64_t run(int64_t j, int64_t limit) const {
+    if (!pages) return limit;
+    int64_t n = page_tokens - j % page_tokens;
+    if (page_stride == page_tokens * depth)  // consecutive page ids are consecutive in memory
+      for (int64_t p = j / page_tokens; n < limit && pages[p + 1] == pages[p] + 1; ++p) n += page_tokens;
+    return min64(limit, n);
+  }
   // Elements from a head's page-0 base to key j's page, and j's index within that page.
   int64_t page_offset(int64_t j) const { return pages ? pages[j / page_tokens] * page_stride : 0; }
   int64_t in_page(int64_t j) const { return pages ? j % page_tokens : j; }
