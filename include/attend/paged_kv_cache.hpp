@@ -36,9 +36,11 @@ struct SequenceChunk {
 /// block_tokens) blocks, minus those it shares with others.
 ///
 /// Layout: the same as KVCache's, per block: for each kv head, K blocked ([D][16] per 16 tokens) and
-/// V row-major [block_tokens][D], in `dtype`. The pool is mapped once, zero-filled and lazily (the
-/// operating system backs a block's pages when it is first written); nothing is allocated per call
-/// except a sequence's block table growing (amortised, like std::vector).
+/// V row-major [block_tokens][D], in `dtype`; the pool is head-major (one kv head's blocks are
+/// adjacent), so blocks a sequence takes in one call are read by decode as one run. The pool is
+/// mapped once, zero-filled and lazily (the operating system backs a block's pages when it is first
+/// written); nothing is allocated per call except a sequence's block table growing (amortised, like
+/// std::vector).
 ///
 /// Sharing: fork(seq) makes a new sequence holding the same blocks (no K/V copied). Appending to a
 /// sequence whose last, partially filled block is shared first copies that one block
