@@ -27,16 +27,20 @@ void blocked_scores(const E* const* blk, int64_t depth, const float* q, float* s
       for (int v = 0; v < NV; ++v) acc[u][r][v] = B(0.0f);
   const E* b[G];
   for (int g = 0; g < G; ++g) b[g] = blk[g];
-  // Bytes of one block a depth step reads; steps that start a cache line fetch it in every block.
-  constexpr int64_t kStep = kKeyBlock * U * static_cast<int64_t>(sizeof(E));
-  constexpr int64_t kLine = 64;
+  // The next call's G blocks are fetched in address order, a slice of kSlice bytes per depth step
+  // (the same requests as for one contiguous run of G blocks when they are adjacent).
+  constexpr int64_t kSlice = G * kKeyBlock * U * static_cast<int64_t>(sizeof(E));
+  const int64_t block_bytes = kKeyBlock * depth * static_cast<int64_t>(sizeof(E));
+  int pf_block = 0;
+  int64_t pf_at = 0;  // byte offset within pf[pf_block]
   for (int64_t d = 0; d < depth; d += U) {
     if (pf) {
-      const int64_t at = d / U * kStep;
-      if (kStep >= kLine || at % kLine == 0)
-        for (int g = 0; g < G; ++g)
-          for (int64_t o = 0; o < (kStep > kLine ? kStep : kLine); o += kLine)
-            __builtin_prefetch(reinterpret_cast<const char*>(pf[g]) + at + o, 0, 3);
+      constexpr int64_t kAdvance = kSlice < 64 ? kSlice : 64;  // (a 32-byte slice: a line every other step)
+      for (int64_t o = 0; o < kSlice; o += 64) {
+        __builtin_prefetch(reinterpret_cast<const char*>(pf[pf_block]) + pf_at, 0, 3);
+        pf_at += kAdvance;
+        if (pf_at >= block_bytes) pf_at = 0, ++pf_block;
+      }
     }
     for (int u = 0; u < U; ++u) {
       B kv[NV];
