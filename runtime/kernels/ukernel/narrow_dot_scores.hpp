@@ -13,7 +13,8 @@ namespace {
 
 // S[r][j] for NR rows × KG = W/NR keys starting at `kbase` (rows `ldk` floats apart; keys past `keys`
 // read the zero row), one transpose-sum per W/NR keys. Writes rows < `rows` of S. Optionally
-// prefetches the first `pf_keys` rows at `pf`, spread over the depth loop.
+// prefetches the first `pf_keys` rows at `pf`, spread over the depth loop (in address order when the
+// rows are adjacent).
 template <class Arch, int NR, class E>
 void narrow_scores(const E* kbase, int64_t ldk, int64_t keys, const float* q, int64_t depth, const E* zeros, float* s,
                    int64_t lds, int64_t rows, const E* pf, int64_t pf_keys) {
@@ -23,14 +24,25 @@ void narrow_scores(const E* kbase, int64_t ldk, int64_t keys, const float* q, in
   for (int64_t j = 0; j < W; j += KG) {
     const E* kp[KG];
     for (int k = 0; k < KG; ++k) kp[k] = j + k < keys ? kbase + (j + k) * ldk : zeros;
-    const E* pp[KG];  // rows of the next group to prefetch, a line per depth step (null: none)
+    // The next group's rows to prefetch, KG lines per depth step. Adjacent rows (ldk == depth) are
+    // one run fetched in address order (run..run_end); otherwise a line of each row (pp) per step.
+    // Address order measured +5–10 points of stream on GQA decode (D2/D3) over a line per row.
+    const E* pp[KG];
     for (int k = 0; k < KG; ++k) pp[k] = pf && j + k < pf_keys ? pf + (j + k) * ldk : nullptr;
+    const bool in_order = pf && ldk == depth && j < pf_keys;
+    const char* run = in_order ? reinterpret_cast<const char*>(pf + j * ldk) : nullptr;
+    const char* run_end =
+        in_order ? reinterpret_cast<const char*>(pf + (j + KG < pf_keys ? j + KG : pf_keys) * ldk) : nullptr;
     B acc[W];
     for (int i = 0; i < W; ++i) acc[i] = B(0.0f);
     for (int64_t d = 0; d < depth; d += W) {
-      if (pf)
+      if (in_order) {
+        for (int k = 0; k < KG; ++k, run += 64)
+          if (run < run_end) __builtin_prefetch(run, 0, 3);
+      } else if (pf) {
         for (int k = 0; k < KG; ++k)
           if (pp[k]) __builtin_prefetch(pp[k] + d, 0, 3);
+      }
       B kv[KG];
       for (int k = 0; k < KG; ++k) kv[k] = load_float<Arch>(kp[k] + d);
       for (int r = 0; r < NR; ++r) {
