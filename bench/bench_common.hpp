@@ -3,11 +3,14 @@
 
 #include <benchmark/benchmark.h>
 #include <omp.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -15,8 +18,35 @@
 
 namespace attend::bench {
 
+/// Memory on transparent huge pages where the kernel allows them (madvise before first touch), like
+/// the caches' pools: the plain reads a decode step is paired with read this, so the kernel and its
+/// reference see the same kind of pages (a 4 KiB-page reference would flatter the caches by ~7 points).
+template <class T>
+struct HugePageAllocator {
+  using value_type = T;
+  HugePageAllocator() = default;
+  template <class U>
+  HugePageAllocator(const HugePageAllocator<U>&) {}
+  T* allocate(size_t n) {
+    constexpr size_t kHuge = size_t{2} << 20;
+    const size_t bytes = (n * sizeof(T) + kHuge - 1) / kHuge * kHuge;
+    void* p = std::aligned_alloc(kHuge, bytes);
+    if (!p) throw std::bad_alloc();
+    madvise(p, bytes, MADV_HUGEPAGE);  // advice only: 4 KiB pages if refused
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  template <class U>
+  bool operator==(const HugePageAllocator<U>&) const {
+    return true;
+  }
+};
+/// A decode entry's dense K or V reference (and the oneDNN baseline's cache).
+using KvBuffer = std::vector<float, HugePageAllocator<float>>;
+
 /// Deterministic, cheap pseudo-random fill in [-1, 1) (large buffers are filled in milliseconds).
-inline void fill(std::vector<float>& x, uint32_t seed, float scale = 1.0f) {
+template <class Vec>
+void fill(Vec& x, uint32_t seed, float scale = 1.0f) {
   uint32_t state = seed * 2654435761u + 1;
   for (float& f : x) {
     state = state * 1664525u + 1013904223u;
@@ -27,7 +57,8 @@ inline void fill(std::vector<float>& x, uint32_t seed, float scale = 1.0f) {
 /// A plain vectorised read of K and V on all OpenMP threads: stream/read's body and the decode
 /// entries' per-call reference. `divisor` reads the first 1/divisor of each (2: the bytes of a
 /// 16-bit cache holding the same elements).
-inline float read_kv(const std::vector<float>& k, const std::vector<float>& v, size_t divisor = 1) {
+template <class Vec>
+float read_kv(const Vec& k, const Vec& v, size_t divisor = 1) {
   const int threads = omp_get_max_threads();
   return stream_read(k.data(), k.size() / divisor, threads) + stream_read(v.data(), v.size() / divisor, threads);
 }

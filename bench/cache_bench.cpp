@@ -39,7 +39,8 @@ double step_flops(const CacheShape& s) { return 4.0 * s.B * s.Hq * s.L * s.D; }
 
 struct CacheData {
   const CacheShape* shape = nullptr;
-  std::vector<float> k, v, q, o, k_new, v_new;  // k, v: dense [B, Hkv, L, D]
+  KvBuffer k, v;  // dense [B, Hkv, L, D]
+  std::vector<float> q, o, k_new, v_new;
 };
 
 CacheData& data(const CacheShape& s) {

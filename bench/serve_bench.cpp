@@ -401,7 +401,7 @@ void bm_onednn(benchmark::State& state) {
 // Decode only: one token for each of the 32 sequences, against a plain read of their K/V bytes.
 
 struct DecodeData {
-  std::vector<float> k, v;  // as many f32 elements as the 32 sequences' K (V) after the step
+  KvBuffer k, v;  // as many f32 elements as the 32 sequences' K (V) after the step
   DecodeData() {
     const Trace& t = Trace::get();
     const int64_t tokens = t.decoder_tokens() + kDecoders + t.last_length + 1;
