@@ -14,9 +14,29 @@ enum class Isa {
   generic,  ///< baseline vectors of the build target (SSE2 on x86-64, NEON on aarch64)
   avx2,     ///< AVX2 + FMA (x86-64)
   avx512,   ///< AVX-512 F/CD/DQ/BW (x86-64)
+  /// AVX-512 F/CD/DQ/BW + AVX512_BF16 (x86-64: Zen 4, Zen 5, Cooper Lake, Sapphire Rapids): the
+  /// avx512 kernels, plus `vdpbf16ps` microkernels that SdpaOptions::fpmath = FpMath::bf16 runs on.
+  avx512_bf16,
 };
 
-/// "generic", "avx2", "avx512" or "automatic".
+/// How a call may round the operands of its two matrix products (named after oneDNN's
+/// fpmath_mode). The softmax, its running maxima and sums, and every accumulation stay f32.
+enum class FpMath {
+  strict,  ///< f32 arithmetic throughout (the default)
+  /// Q·Kᵀ and P·V may round their operands to bf16 (round to nearest even) and accumulate in f32:
+  /// prefill-shaped work runs on vdpbf16ps, twice the f32 FMA rate. Decode-shaped work, bound by
+  /// memory, stays f32. On a path without AVX512_BF16 this is `strict` (never an error).
+  bf16,
+};
+
+/// "strict" or "bf16".
+ATTEND_API const char* fpmath_name(FpMath m);
+
+/// Whether FpMath::bf16 runs bf16 microkernels on `isa` (Isa::automatic: the active path), rather
+/// than falling back to f32: true exactly for avx512_bf16.
+ATTEND_API bool bf16_math_native(Isa isa = Isa::automatic);
+
+/// "generic", "avx2", "avx512", "avx512_bf16" or "automatic".
 ATTEND_API const char* isa_name(Isa isa);
 
 /// The ISA paths compiled into this build (independent of the CPU).
@@ -27,7 +47,7 @@ ATTEND_API std::vector<Isa> compiled_isas();
 ATTEND_API std::vector<Isa> supported_isas();
 
 /// The path `Isa::automatic` resolves to: the best supported path, capped by the environment
-/// variable ATTEND_ISA=generic|avx2|avx512 (read once, at the first call). A cap above what the
+/// variable ATTEND_ISA=generic|avx2|avx512|avx512_bf16 (read once, at the first call). A cap above what the
 /// CPU supports selects the best supported path below it. An unrecognised value throws
 /// attend::Error from this function and from every call that uses `Isa::automatic`.
 ATTEND_API Isa active_isa();

@@ -78,6 +78,9 @@ struct MhaOptions {
   int num_threads = 0;
   /// Kernel path of the attention (see SdpaOptions::isa). The projections run on oneDNN's own.
   Isa isa = Isa::automatic;
+
+  /// Rounding the attention's Q·Kᵀ and P·V may do (see SdpaOptions::fpmath); the projections stay f32.
+  FpMath fpmath = FpMath::strict;
   /// Threads and workspace (activations, projection scratchpads, kernel scratch) come from this
   /// context; null = Context::default_context().
   Context* context = nullptr;

@@ -45,6 +45,11 @@ struct SdpaOptions {
   /// attend::Error (ErrorCode::unsupported) if this build or CPU cannot run it.
   Isa isa = Isa::automatic;
 
+  /// `strict` (default): f32 arithmetic. `bf16`: Q·Kᵀ and P·V may round their operands to bf16
+  /// (accumulating in f32; the softmax stays f32), which prefill-shaped calls do on the
+  /// avx512_bf16 path — see FpMath and bf16_math_native(). Elsewhere it is `strict`.
+  FpMath fpmath = FpMath::strict;
+
   /// Where the call takes its threads (when num_threads is 0) and its workspace from. Null = the
   /// process-wide Context::default_context(). See attend/context.hpp.
   Context* context = nullptr;

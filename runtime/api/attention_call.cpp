@@ -256,11 +256,12 @@ AttentionCall call_from_options(const char* who, const TensorView& q, const Tens
   c.bias = opt.bias;
   c.num_threads = opt.num_threads;
   c.isa = opt.isa;
+  c.fpmath = opt.fpmath;
   c.context = opt.context;
   return c;
 }
 
-const kernels::KernelTable& kernel_table(Isa isa) { return dispatch::kernel_table_for(isa); }
+const kernels::KernelTable& kernel_table(Isa isa, FpMath fpmath) { return dispatch::kernel_table_for(isa, fpmath); }
 
 void add_attention_needs(const kernels::KernelTable& table, int64_t batch, int64_t q_heads, int64_t kv_heads,
                          int64_t num_queries, int64_t max_keys, int64_t head_dim, int64_t value_dim, int threads,
@@ -304,7 +305,7 @@ void run(const AttentionCall& call) {
   std::optional<CacheUse> use;
   if (call.cache) use.emplace(*call.cache, call.append, call.who);
   const Checked s = validate(call);
-  const kernels::KernelTable& table = dispatch::kernel_table_for(call.isa);
+  const kernels::KernelTable& table = dispatch::kernel_table_for(call.isa, call.fpmath);
   Lease lease(call.context, call.num_threads);
   Needs needs;
   add_needs(table, s, lease.threads(), needs);

@@ -45,6 +45,7 @@ struct AttentionCall {
   TensorView bias;
   int num_threads = 0;
   Isa isa = Isa::automatic;
+  FpMath fpmath = FpMath::strict;
   Context* context = nullptr;
   bool check_output = true;  // false: a workspace query, `o` is not given (its checks are skipped)
 };
@@ -80,7 +81,7 @@ ATTEND_INTERNAL std::vector<int64_t> check_cache_batch(const char* who, const KV
 ATTEND_INTERNAL exec::Problem build_problem(const AttentionCall& call, const Checked& checked);
 
 /// The kernel table of `isa` (Isa::automatic: the active one); throws like a forced ISA does.
-ATTEND_INTERNAL const kernels::KernelTable& kernel_table(Isa isa);
+ATTEND_INTERNAL const kernels::KernelTable& kernel_table(Isa isa, FpMath fpmath);
 
 /// Adds the workspace an attention of these sizes takes on `threads` threads (before its views exist).
 ATTEND_INTERNAL void add_attention_needs(const kernels::KernelTable& table, int64_t batch, int64_t q_heads,

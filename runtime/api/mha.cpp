@@ -223,6 +223,7 @@ struct MultiHeadAttention::Impl {
     c.scale = scale;
     c.num_threads = opt.num_threads;
     c.isa = opt.isa;
+    c.fpmath = opt.fpmath;
     c.context = opt.context;
     return c;
   }
@@ -313,7 +314,7 @@ void MultiHeadAttention::forward(const float* x, float* y, int64_t batch, int64_
   const char* who = "MultiHeadAttention::forward";
   s.check_io(who, x, y, batch, tokens);
   s.check_options(who, opt, {.causal = true, .lengths = true, .first_position = true}, batch, tokens);
-  const kernels::KernelTable& table = detail::kernel_table(opt.isa);
+  const kernels::KernelTable& table = detail::kernel_table(opt.isa, opt.fpmath);
   if (batch * tokens == 0) return;
   const int64_t m = batch * tokens;
   detail::Lease lease(opt.context, opt.num_threads);
@@ -349,7 +350,7 @@ void MultiHeadAttention::forward_cached(const float* x, float* y, int64_t batch,
   if (opt.causal && !*opt.causal) fail(std::string(who) + ": attention over a cache is causal (causal = false given)");
   const detail::CacheUse use(cache, true, who);
   const std::vector<int64_t> start = detail::check_cache_batch(who, cache, seqs, batch, tokens, s.hkv, s.hd);
-  const kernels::KernelTable& table = detail::kernel_table(opt.isa);
+  const kernels::KernelTable& table = detail::kernel_table(opt.isa, opt.fpmath);
   if (batch * tokens == 0) return;
   const int64_t m = batch * tokens;
   detail::Lease lease(opt.context, opt.num_threads);
@@ -399,7 +400,7 @@ void MultiHeadAttention::forward_paged(const float* x, float* y, std::span<const
     fail(std::string(who) + ": the cache holds " + str(cc.kv_heads) + " kv heads of dim " + str(cc.head_dim) +
          ", the layer has " + str(s.hkv) + " of dim " + str(s.hd));
   detail::PagedStep step(who, cache, chunks, T);  // checks the chunks, claims their sequences
-  const kernels::KernelTable& table = detail::kernel_table(opt.isa);
+  const kernels::KernelTable& table = detail::kernel_table(opt.isa, opt.fpmath);
   if (T == 0) return;
   detail::Lease lease(opt.context, opt.num_threads);
   detail::Needs needs;
@@ -469,7 +470,7 @@ void MultiHeadAttention::cross_attend(const float* x, float* y, int64_t batch, i
   s.check_options(who, opt, {}, batch, tokens);
   const detail::CacheUse use(cache, false, who);
   const std::vector<int64_t> held = detail::check_cache_batch(who, cache, seqs, batch, 0, s.hkv, s.hd);
-  const kernels::KernelTable& table = detail::kernel_table(opt.isa);
+  const kernels::KernelTable& table = detail::kernel_table(opt.isa, opt.fpmath);
   if (batch * tokens == 0) return;
   const int64_t m = batch * tokens;
   detail::Lease lease(opt.context, opt.num_threads);

@@ -419,7 +419,7 @@ void paged_attention(const TensorView& q, const TensorView& k_new, const TensorV
   call.chunks = chunks;
   const detail::Checked checked = detail::validate(call);
   detail::PagedStep step(call.who, cache, chunks, checked.Nq);
-  const kernels::KernelTable& table = detail::kernel_table(opt.isa);
+  const kernels::KernelTable& table = detail::kernel_table(opt.isa, opt.fpmath);
   detail::Lease lease(opt.context, opt.num_threads);
   detail::Needs needs;
   step.add_needs(table, checked.Hq, lease.threads(), needs);

@@ -11,7 +11,7 @@ size_t sdpa_workspace_bytes(const TensorView& q, const TensorView& k, const Tens
   detail::AttentionCall call = detail::call_from_options("sdpa_workspace_bytes", q, k, v, TensorView(), opt);
   call.check_output = false;
   const detail::Checked s = detail::validate(call);
-  const kernels::KernelTable& table = dispatch::kernel_table_for(opt.isa);
+  const kernels::KernelTable& table = dispatch::kernel_table_for(opt.isa, opt.fpmath);
   const detail::Lease lease(opt.context, opt.num_threads);
   detail::Needs needs;
   detail::add_needs(table, s, lease.threads(), needs);

@@ -35,6 +35,9 @@ CpuFeatures detect() {
                avx512bw = (b7 >> 30) & 1;
     f.avx2_fma = avx && avx2 && fma && f16c && os_ymm;  // F16C widens f16 KV caches
     f.avx512 = f.avx2_fma && avx512f && avx512dq && avx512cd && avx512bw && os_zmm;
+    unsigned a71 = 0, b71 = 0, c71 = 0, d71 = 0;
+    if (a7 >= 1 && __get_cpuid_count(7, 1, &a71, &b71, &c71, &d71))
+      f.avx512_bf16 = f.avx512 && ((a71 >> 5) & 1);  // CPUID.(7,1):EAX[5]
   }
   unsigned brand[12] = {};
   if (__get_cpuid(0x80000000, &a, &b, &c, &d) && a >= 0x80000004) {

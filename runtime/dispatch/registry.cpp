@@ -12,6 +12,7 @@ namespace {
 const kernels::KernelTable* compiled_table(Isa isa) {
   switch (isa) {
     case Isa::avx512: return kernels::kernel_table_avx512();
+    case Isa::avx512_bf16: return kernels::kernel_table_avx512_bf16(false);
     case Isa::avx2: return kernels::kernel_table_avx2();
     case Isa::generic: return kernels::kernel_table_generic();
     case Isa::automatic: break;
@@ -23,6 +24,7 @@ bool cpu_supports(Isa isa) {
   const CpuFeatures& f = cpu_features();
   switch (isa) {
     case Isa::avx512: return f.avx512;
+    case Isa::avx512_bf16: return f.avx512_bf16;
     case Isa::avx2: return f.avx2_fma;
     case Isa::generic: return true;
     case Isa::automatic: break;
@@ -35,7 +37,7 @@ bool available(Isa isa) { return compiled_table(isa) != nullptr && cpu_supports(
 // The environment cap, parsed once. An unknown value is remembered as an error message so that
 // every call reports it (a typo must not silently select a different path).
 struct EnvCap {
-  Isa cap = Isa::avx512;
+  Isa cap = Isa::avx512_bf16;
   std::string error;
 };
 
@@ -45,14 +47,16 @@ const EnvCap& env_cap() {
     const char* env = std::getenv("ATTEND_ISA");
     if (!env || !*env) return c;
     const std::string v = env;
-    if (v == "avx512")
+    if (v == "avx512_bf16")
+      c.cap = Isa::avx512_bf16;
+    else if (v == "avx512")
       c.cap = Isa::avx512;
     else if (v == "avx2")
       c.cap = Isa::avx2;
     else if (v == "generic")
       c.cap = Isa::generic;
     else
-      c.error = "ATTEND_ISA='" + v + "' is not one of generic, avx2, avx512";
+      c.error = "ATTEND_ISA='" + v + "' is not one of generic, avx2, avx512, avx512_bf16";
     return c;
   }();
   return cap;
@@ -72,14 +76,18 @@ Isa resolve(Isa requested) {
   }
   const EnvCap& cap = env_cap();
   if (!cap.error.empty()) throw Error(ErrorCode::invalid_argument, cap.error);
-  for (Isa isa : {Isa::avx512, Isa::avx2, Isa::generic}) {
+  for (Isa isa : {Isa::avx512_bf16, Isa::avx512, Isa::avx2, Isa::generic}) {
     if (static_cast<int>(isa) > static_cast<int>(cap.cap)) continue;
     if (available(isa)) return isa;
   }
   return Isa::generic;
 }
 
-const kernels::KernelTable& kernel_table_for(Isa requested) { return *compiled_table(resolve(requested)); }
+const kernels::KernelTable& kernel_table_for(Isa requested, FpMath fpmath) {
+  const Isa isa = resolve(requested);
+  if (isa == Isa::avx512_bf16 && fpmath == FpMath::bf16) return *kernels::kernel_table_avx512_bf16(true);
+  return *compiled_table(isa);
+}
 
 }  // namespace attend::dispatch
 
@@ -91,25 +99,30 @@ const char* isa_name(Isa isa) {
     case Isa::generic: return "generic";
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
+    case Isa::avx512_bf16: return "avx512_bf16";
   }
   return "unknown";
 }
 
 std::vector<Isa> compiled_isas() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512})
+  for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512, Isa::avx512_bf16})
     if (dispatch::compiled_table(isa)) out.push_back(isa);
   return out;
 }
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> out;
-  for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512})
+  for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512, Isa::avx512_bf16})
     if (dispatch::available(isa)) out.push_back(isa);
   return out;
 }
 
 Isa active_isa() { return dispatch::resolve(Isa::automatic); }
+
+const char* fpmath_name(FpMath m) { return m == FpMath::bf16 ? "bf16" : "strict"; }
+
+bool bf16_math_native(Isa isa) { return dispatch::resolve(isa) == Isa::avx512_bf16; }
 
 std::string cpu_model() { return dispatch::cpu_features().model; }
 

@@ -8,9 +8,10 @@
 
 namespace attend::dispatch {
 
-/// The table for `requested` (Isa::automatic → active_isa()). Throws attend::Error if the path is
-/// not compiled in or not supported by this CPU/OS.
-const kernels::KernelTable& kernel_table_for(Isa requested);
+/// The table for `requested` (Isa::automatic → active_isa()) and `fpmath` (FpMath::bf16 selects the
+/// vdpbf16ps table on avx512_bf16 and is strict elsewhere). Throws attend::Error if the path is not
+/// compiled in or not supported by this CPU/OS.
+const kernels::KernelTable& kernel_table_for(Isa requested, FpMath fpmath = FpMath::strict);
 
 /// The ISA a table implements.
 Isa resolve(Isa requested);

@@ -4,6 +4,7 @@
 
 #include "flash_narrow.hpp"
 #include "flash_wide.hpp"
+#include "flash_wide_bf16.hpp"
 
 namespace attend::kernels {
 namespace {
@@ -26,6 +27,13 @@ struct WideDriver {
   static void run(const FlashWork& w, float* scratch) { flash_wide<Arch, E>(w, scratch); }
 };
 
+#if defined(__AVX512BF16__)
+template <class Arch, class E>
+struct WideBf16Driver {
+  static void run(const FlashWork& w, float* scratch) { flash_wide<Arch, E, true>(w, scratch); }
+};
+#endif
+
 template <class Arch>
 size_t scratch_floats(int64_t head_dim, int64_t value_dim, int64_t rows) {
   return static_cast<size_t>(make_layout<Arch>(head_dim, value_dim, rows).total);
@@ -37,6 +45,18 @@ KernelTable make_table(const char* name) {
   return KernelTable{name, KernelGeometry{T::W, T::kBlockRows, T::kBlockKeys, T::kNarrowMaxRows},
                      &flash_any_type<Arch, NarrowDriver>, &flash_any_type<Arch, WideDriver>, &scratch_floats<Arch>};
 }
+
+#if defined(__AVX512BF16__)
+// The table for FpMath::bf16: the wide driver rounds Q·Kᵀ and P·V operands to bf16 (vdpbf16ps);
+// decode (the narrow driver, bound by bytes) stays f32.
+template <class Arch>
+KernelTable make_table_bf16_math(const char* name) {
+  using T = Tiles<Arch>;
+  return KernelTable{name, KernelGeometry{T::W, T::kBlockRows, T::kBlockKeys, T::kNarrowMaxRows},
+                     &flash_any_type<Arch, NarrowDriver>, &flash_any_type<Arch, WideBf16Driver>,
+                     &scratch_floats_bf16<Arch>};
+}
+#endif
 
 }  // namespace
 }  // namespace attend::kernels

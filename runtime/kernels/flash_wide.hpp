@@ -14,6 +14,11 @@
 namespace attend::kernels {
 namespace {
 
+// The bf16-math pieces of the wide path (flash_wide_bf16.hpp; defined only where AVX512_BF16 is
+// compiled in, and only used there).
+template <class Arch, class E>
+struct Bf16Wide;
+
 // Wide path: a block of up to kBlockRows query rows.
 
 // Sᵀ ← 2^((Sᵀ − ref)·log2 e) over `nk` keys, NV vectors of query rows per key, and sum[n] = the
@@ -41,7 +46,43 @@ void exp_columns(float* st, int64_t ldr, int64_t nk, const vfloat<Arch>* ref, vf
   for (int n = 0; n < NV; ++n) sum[n] = acc[n];
 }
 
+// Sᵀ = K·Qᵀ for keys [j0, j0 + nk) in f32. K is read in place (its elements broadcast); a bf16/f16
+// or blocked tile is first widened into a row panel (`kpanel`).
 template <class Arch, class E>
+void wide_scores(const FlashWork& w, const KvSource<E>& src, float* kpanel, const float* qt, int64_t ldr, int nvr,
+                 int64_t j0, int64_t nk, float* st, float* colmax) {
+  using T = Tiles<Arch>;
+  const int64_t depth = w.head_dim;
+  const float* ktile;
+  int64_t ldk;
+  if (std::is_same_v<E, float> && !w.k_blocked) {
+    ktile = reinterpret_cast<const float*>(src.key_row(j0));
+    ldk = w.k_row_stride;
+  } else {
+    if (w.k_blocked)
+      blocked_to_f32_panel(src, j0, nk, depth, kpanel);
+    else
+      to_f32_panel(src.key_row(j0), w.k_row_stride, nk, depth, depth, kpanel);
+    ktile = kpanel;
+    ldk = depth;
+  }
+  const float* krow[kMaxScoreR];
+  for (int64_t jj = 0; jj < nk; jj += T::kScoreKeys) {
+    const int R = static_cast<int>(min64(T::kScoreKeys, nk - jj));
+    for (int r = 0; r < R; ++r) krow[r] = ktile + (jj + r) * ldk;
+    ScoreArgs a{krow, qt, ldr, depth, st + jj * ldr, ldr, colmax};
+    score_dispatch<Arch>(R, nvr, a);
+  }
+}
+
+struct NoBf16 {
+  template <class... A>
+  explicit NoBf16(A&&...) {}
+};
+
+// kBf16Math: Sᵀ = K·Qᵀ and, on tiles without masked keys, P·V round their operands to bf16 and
+// run on vdpbf16ps (FpMath::bf16); everything else is the f32 path.
+template <class Arch, class E, bool kBf16Math = false>
 void flash_wide(const FlashWork& w, float* scratch) {
   using T = Tiles<Arch>;
   using B = vfloat<Arch>;
@@ -85,30 +126,16 @@ void flash_wide(const FlashWork& w, float* scratch) {
     transpose_rows_scaled<Arch>(src, depth, w.scale, qt + r0, ldr);
   }
   std::memset(oacc, 0, sizeof(float) * ldr * dvp);
+  // bf16 math: Qᵀ packed once more into bf16 pairs; the panels live past the f32 layout.
+  [[maybe_unused]] std::conditional_t<kBf16Math, Bf16Wide<Arch, E>, NoBf16> bf(w, scratch, L, qt, ldr);
 
   const KvSource<E> src(w);
   float* ones = scratch + L.ones;
   for (int64_t r = 0; r < ldr; ++r) ones[r] = 1.0f;
   constexpr bool kFloat = std::is_same_v<E, float>;
-  const float* krow[kMaxScoreR];
   for (int64_t j0 = key_lo; j0 < key_hi; j0 += T::kBlockKeys) {
     const int64_t nk = min64(T::kBlockKeys, key_hi - j0);
 
-    // K is read in place (its elements broadcast); a bf16/f16 or blocked tile is first widened
-    // into a row panel.
-    const float* ktile;
-    int64_t ldk;
-    if (kFloat && !w.k_blocked) {
-      ktile = reinterpret_cast<const float*>(src.key_row(j0));
-      ldk = w.k_row_stride;
-    } else {
-      if (w.k_blocked)
-        blocked_to_f32_panel(src, j0, nk, depth, scratch + L.kpanel);
-      else
-        to_f32_panel(src.key_row(j0), w.k_row_stride, nk, depth, depth, scratch + L.kpanel);
-      ktile = scratch + L.kpanel;
-      ldk = depth;
-    }
     // Tiles that every row sees whole skip the mask (and use the unguarded P·V).
     const bool whole = max_lo <= j0 && min_hi >= j0 + nk;
     // The column max comes out of the score microkernel, except where masking (or a bias) will
@@ -116,13 +143,12 @@ void flash_wide(const FlashWork& w, float* scratch) {
     const bool fuse_max = whole && !w.bias;
     if (fuse_max)
       for (int64_t r = 0; r < ldr; r += W) B(kNegInf).store_aligned(colmax + r);
-    // Sᵀ = K·Qᵀ for this tile.
-    for (int64_t jj = 0; jj < nk; jj += T::kScoreKeys) {
-      const int R = static_cast<int>(min64(T::kScoreKeys, nk - jj));
-      for (int r = 0; r < R; ++r) krow[r] = ktile + (jj + r) * ldk;
-      ScoreArgs a{krow, qt, ldr, depth, st + jj * ldr, ldr, fuse_max ? colmax : nullptr};
-      score_dispatch<Arch>(R, nvr, a);
+    if constexpr (kBf16Math) {
+      bf.scores(src, j0, nk, st, fuse_max ? colmax : nullptr);
+    } else {
+      wide_scores<Arch>(w, src, scratch + L.kpanel, qt, ldr, nvr, j0, nk, st, fuse_max ? colmax : nullptr);
     }
+
     if (w.bias) {
       for (int64_t r = 0; r < nr; ++r) {
         const float* b = rows.bias(r) + j0 * w.bias_key_stride;
@@ -165,6 +191,12 @@ void flash_wide(const FlashWork& w, float* scratch) {
     }
     for (int n = 0; n < nvr; ++n)
       xsimd::fma(B::load_aligned(l + n * W), B::load_aligned(alpha + n * W), sum[n]).store_aligned(l + n * W);
+    if constexpr (kBf16Math) {
+      if (!masked) {
+        bf.pv(src, oacc, dvp, alpha, st, j0, nk);
+        continue;
+      }
+    }
     if (kFloat && w.value_dim % W == 0) {
       pv_runs<Arch>(src, oacc, dvp, alpha, ones, st, 1, ldr, j0, nk, nr, dvp / W, masked, 0);
     } else {  // pad (and widen) V rows so the microkernel never reads past a row

@@ -103,6 +103,9 @@ struct KernelTable {
 
 // One table per compiled ISA (defined in runtime/kernels/arch/*.cpp). Null when not compiled in.
 const KernelTable* kernel_table_avx512();
+/// AVX-512 + AVX512_BF16: with `bf16_math` false the avx512 kernels (f32 arithmetic); true, the
+/// table for FpMath::bf16 (vdpbf16ps in the prefill path).
+const KernelTable* kernel_table_avx512_bf16(bool bf16_math);
 const KernelTable* kernel_table_avx2();
 const KernelTable* kernel_table_generic();
 

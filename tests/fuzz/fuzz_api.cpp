@@ -88,8 +88,10 @@ void fuzz_sdpa(Input& in, std::mt19937& rng) {
     bias = values(rng, static_cast<size_t>(std::max<int64_t>(1, bs[0] * bs[1] * bs[2] * bs[3])), 2.0f);
     opt.bias = attend::TensorView::dense(static_cast<const float*>(bias.data()), bs);
   }
-  const attend::Isa isas[4] = {attend::Isa::automatic, attend::Isa::generic, attend::Isa::avx2, attend::Isa::avx512};
-  opt.isa = isas[in.range(0, 3)];
+  const attend::Isa isas[5] = {attend::Isa::automatic, attend::Isa::generic, attend::Isa::avx2, attend::Isa::avx512,
+                               attend::Isa::avx512_bf16};
+  opt.isa = isas[in.range(0, 4)];
+  opt.fpmath = in.range(0, 1) ? attend::FpMath::bf16 : attend::FpMath::strict;
   opt.num_threads = static_cast<int>(in.range(0, 3));
 
   // The workspace query validates like the call (it is not given o): it never crashes, and a call

@@ -27,6 +27,9 @@ TEST_P(Ukernels, MatchTheReferenceOverTheirTileBoundaries) {
 #if defined(__x86_64__)
     case Isa::avx2: attend_ukernel_cases_avx2(report); break;
     case Isa::avx512: attend_ukernel_cases_avx512(report); break;
+    // The avx512_bf16 table runs the avx512 microkernels (its vdpbf16ps ones are checked end to end
+    // against the reference by SdpaBf16Math).
+    case Isa::avx512_bf16: attend_ukernel_cases_avx512(report); break;
 #endif
     default: GTEST_SKIP() << "not compiled";
   }

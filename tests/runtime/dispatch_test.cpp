@@ -63,7 +63,7 @@ TEST(Dispatch, ForcingAnUnknownPathThrows) {
 TEST(Dispatch, ForcingAnUncompiledOrUnsupportedPathThrows) {
   const auto supported = supported_isas();
   int checked = 0;
-  for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+  for (Isa isa : {Isa::generic, Isa::avx2, Isa::avx512, Isa::avx512_bf16}) {
     if (contains(supported, isa)) continue;
     ++checked;
     float x[16] = {};

@@ -32,13 +32,14 @@ struct Case {
   bool bias = false;
   TensorView::Dims bias_shape{1, 1, 1, 1};
   int threads = 0;
+  FpMath fpmath = FpMath::strict;
 
   std::string describe() const {
     return "B=" + std::to_string(B) + " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) +
            " Nq=" + std::to_string(Nq) + " Nk=" + std::to_string(Nk) + " D=" + std::to_string(D) +
            " Dv=" + std::to_string(Dv < 0 ? D : Dv) + (causal ? " causal" : "") +
            (window ? " window=" + std::to_string(window) : "") + (kv_lens.empty() ? "" : " kv_lens") +
-           (bnhd ? " strided" : "") + (bias ? " bias" : "");
+           (bnhd ? " strided" : "") + (bias ? " bias" : "") + (fpmath == FpMath::bf16 ? " fpmath=bf16" : "");
   }
 };
 
@@ -67,6 +68,7 @@ Outcome run_case(const Case& c, Isa isa, uint32_t seed = 1) {
   opt.scale = c.scale;
   opt.num_threads = c.threads;
   opt.isa = isa;
+  opt.fpmath = c.fpmath;
   if (c.bias) {
     r.bias = TestTensor::make(c.bias_shape);
     r.bias.fill_uniform(rng, -2.0f, 2.0f);
@@ -79,7 +81,7 @@ Outcome run_case(const Case& c, Isa isa, uint32_t seed = 1) {
 
 // The tolerance rule of every test (close_to: max error ≤ 1e-5 × the output's largest magnitude,
 // at least 1e-3), and fully masked rows exactly zero.
-void expect_matches(const Case& c, const Outcome& r) {
+void expect_matches(const Case& c, const Outcome& r, double tol = 1e-5) {
   const int64_t B = c.B, H = c.Hq, N = c.Nq, Dv = c.Dv < 0 ? c.D : c.Dv;
   std::vector<float> got(r.expected.size());
   int64_t bad = 0;
@@ -92,7 +94,7 @@ void expect_matches(const Case& c, const Outcome& r) {
           // A fully masked row must be exactly zero, not merely close.
           if (r.expected[at] == 0.0 && got[at] != 0.0) ++bad;
         }
-  EXPECT_TRUE(close_to(got, r.expected, 1e-5)) << c.describe();
+  EXPECT_TRUE(close_to(got, r.expected, tol)) << c.describe();
   EXPECT_EQ(bad, 0) << "fully masked rows must be exactly zero: " << c.describe();
   EXPECT_TRUE(r.o.guards_intact()) << "write outside the output storage: " << c.describe();
 }
@@ -326,9 +328,90 @@ TEST_P(Sdpa, SameBitsForEveryThreadCount) {
   }
 }
 
+// FpMath::bf16: Q, K, P and V are rounded to bf16 (relative error ≤ 2⁻⁹ each) before products
+// accumulated in f32. The bound (README, Guarantees): max error ≤ 1e-2 × the output's largest
+// magnitude, on inputs of scores within ±8 (the tests draw up to that); measured worst over these
+// cases 7.3e-3 (D = 128, scores up to ±5). Paths without AVX512_BF16 run strict: bitwise the f32
+// result.
+constexpr double kBf16MathTol = 1e-2;
+
+class SdpaBf16Math : public ::testing::TestWithParam<Isa> {
+ protected:
+  void check(Case c) {
+    c.fpmath = FpMath::bf16;
+    SCOPED_TRACE(c.describe());
+    const Outcome r = run_case(c, GetParam());
+    expect_matches(c, r, kBf16MathTol);
+    c.fpmath = FpMath::strict;
+    const Outcome strict = run_case(c, GetParam());
+    const bool same = std::memcmp(r.o.storage.data(), strict.o.storage.data(), r.o.storage.size() * sizeof(float)) == 0;
+    // Prefill-shaped work (rows beyond the narrow path) runs vdpbf16ps exactly on avx512_bf16.
+    // (the narrow path takes ≤ 8 rows per kv head when D is a multiple of the 16-lane vector)
+    const bool wide = c.Nq * (c.Hq / c.Hkv) > 8 || c.D % 16 != 0;
+    if (bf16_math_native(GetParam()) && wide)
+      EXPECT_FALSE(same) << "fpmath=bf16 gave the strict bits on a path with AVX512_BF16";
+    else
+      EXPECT_TRUE(same) << "fpmath=bf16 must equal strict where it is not native or the call is decode-shaped";
+  }
+};
+
+TEST_P(SdpaBf16Math, TileEdgesMasksAndHeadDims) {
+  for (int64_t n : {1, 2, 7, 17, 63, 64, 65, 97, 193, 513})
+    for (int64_t d : {16, 64, 3, 40, 80, 128})
+      for (bool causal : {false, true}) {
+        if (n > 200 && d != 64) continue;
+        Case c;
+        c.Hq = c.Hkv = 2;
+        c.Nq = c.Nk = n;
+        c.D = d;
+        c.causal = causal;
+        c.input_scale = 2.0f;
+        check(c);
+      }
+}
+
+TEST_P(SdpaBf16Math, EveryOption) {
+  Case gqa;  // GQA, more keys than queries, window
+  gqa.B = 2;
+  gqa.Hq = 8;
+  gqa.Hkv = 2;
+  gqa.Nq = 70;
+  gqa.Nk = 300;
+  gqa.D = 64;
+  gqa.causal = true;
+  gqa.window = 100;
+  check(gqa);
+  Case lens = gqa;  // padding lengths, no window
+  lens.window = 0;
+  lens.causal = false;
+  lens.kv_lens = {300, 77};
+  check(lens);
+  Case bias = gqa;  // a bias forces the masked (f32) P·V on every tile
+  bias.window = 0;
+  bias.bias = true;
+  bias.bias_shape = {2, 8, 70, 300};
+  check(bias);
+  Case strided = gqa;  // [B, N, H, D] views with padding
+  strided.bnhd = true;
+  check(strided);
+  for (auto [d, dv] : {std::pair<int64_t, int64_t>{64, 32}, {16, 80}, {3, 17}, {128, 1}}) {
+    Case c;
+    c.Nq = 33;
+    c.Nk = 70;
+    c.D = d;
+    c.Dv = dv;
+    check(c);
+  }
+  Case decode = gqa;  // decode-shaped: the f32 narrow path either way
+  decode.Nq = 1;
+  decode.Nk = 2100;
+  check(decode);
+}
+
 std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) { return isa_name(info.param); }
 
 INSTANTIATE_TEST_SUITE_P(EveryIsa, Sdpa, ::testing::ValuesIn(supported_isas()), isa_param_name);
+INSTANTIATE_TEST_SUITE_P(EveryIsa, SdpaBf16Math, ::testing::ValuesIn(supported_isas()), isa_param_name);
 
 }  // namespace
 }  // namespace attend::testing

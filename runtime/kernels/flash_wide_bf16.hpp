@@ -1,0 +1,156 @@
+// The bf16-math pieces of the wide (prefill) driver (flash_wide<Arch, E, true>): per row block, Qᵀ
+// is packed into bf16 pairs once; per key tile, K is rounded into bf16 rows and scored with
+// vdpbf16ps, and on tiles without masked keys P and V are packed into pairs along the keys for a
+// vdpbf16ps P·V. The online softmax between them is the f32 code of flash_wide. Only the
+// avx512_bf16 table includes this (built with -mavx512bf16).
+#pragma once
+
+#if defined(__AVX512BF16__)
+
+#include "flash_wide.hpp"
+#include "ukernel/bf16_dot_tiles.hpp"
+
+namespace attend::kernels {
+namespace {
+
+// Scratch past the f32 layout, in 32-bit words (each part 64-byte aligned): Qᵀ pairs
+// [depth pairs][rows], K rows in bf16 [keys][depth rounded to 32], V pairs [key pairs][Dv], P pairs
+// [key pairs][rows].
+struct Bf16Extra {
+  int64_t qt2, k2, v2, p2, total;
+};
+
+template <class Arch>
+Bf16Extra bf16_extra(int64_t head_dim, int64_t value_dim, int64_t rows, int64_t base) {
+  using T = Tiles<Arch>;
+  const int64_t rows_p = round_up(max64(rows, 1), T::W);
+  const int64_t kd = round_up(head_dim, 32);  // bf16 elements per K row
+  const int64_t key_pairs = (T::kBlockKeys + 1) / 2;
+  const int64_t dvp = round_up(value_dim, T::W);
+  Bf16Extra e{};
+  int64_t at = base;
+  auto take = [&](int64_t n) {
+    const int64_t here = at;
+    at += round_up(n, 16);
+    return here;
+  };
+  e.qt2 = take(kd / 2 * rows_p);
+  e.k2 = take(T::kBlockKeys * kd / 2);
+  e.v2 = take(key_pairs * dvp);
+  e.p2 = take(key_pairs * rows_p);
+  e.total = at;
+  return e;
+}
+
+template <class Arch>
+size_t scratch_floats_bf16(int64_t head_dim, int64_t value_dim, int64_t rows) {
+  return static_cast<size_t>(
+      bf16_extra<Arch>(head_dim, value_dim, rows, make_layout<Arch>(head_dim, value_dim, rows).total).total);
+}
+
+// The first n (≤ 16) elements at p as f32, the rest zero.
+template <class Arch, class E>
+inline __m512 load_f32_upto(const E* p, int64_t n) {
+  if (n >= 16) return load_float<Arch>(p);
+  if constexpr (std::is_same_v<E, float>) {
+    return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1u), p);
+  } else {
+    alignas(64) float tmp[16] = {};
+    for (int64_t i = 0; i < n; ++i) tmp[i] = to_float(p[i]);
+    return _mm512_load_ps(tmp);
+  }
+}
+
+template <class Arch, class E>
+struct Bf16Wide {
+  using T = Tiles<Arch>;
+  static_assert(T::W == 16, "the bf16 microkernels are AVX-512");
+  const FlashWork& w;
+  float* kpanel;
+  uint32_t *qt2, *k2, *v2, *p2;
+  int64_t ldr, nvr, depth, pairs, kd, dvp;
+
+  Bf16Wide(const FlashWork& work, float* scratch, const Layout& L, const float* qt, int64_t ld)
+      : w(work), kpanel(scratch + L.kpanel), ldr(ld), nvr(ld / 16), depth(work.head_dim) {
+    const Bf16Extra e = bf16_extra<Arch>(work.head_dim, work.value_dim, work.row_count, L.total);
+    qt2 = reinterpret_cast<uint32_t*>(scratch + e.qt2);
+    k2 = reinterpret_cast<uint32_t*>(scratch + e.k2);
+    v2 = reinterpret_cast<uint32_t*>(scratch + e.v2);
+    p2 = reinterpret_cast<uint32_t*>(scratch + e.p2);
+    pairs = (depth + 1) / 2;
+    kd = round_up(depth, 32);
+    dvp = round_up(work.value_dim, 16);
+    // Qᵀ rows d ≥ depth were never written: a missing odd row pairs with zero.
+    for (int64_t p = 0; p < pairs; ++p)
+      for (int64_t n = 0; n < nvr; ++n) {
+        const __m512 a = _mm512_load_ps(qt + 2 * p * ldr + n * 16);
+        const __m512 b = 2 * p + 1 < depth ? _mm512_load_ps(qt + (2 * p + 1) * ldr + n * 16) : _mm512_setzero_ps();
+        _mm512_store_si512(qt2 + p * ldr + n * 16, pack_bf16_pairs(a, b));
+      }
+  }
+
+  // One row of `n` f32 into kd bf16 (zero-padded).
+  void k_row(const float* in, int64_t n, uint16_t* out) const {
+    for (int64_t d = 0; d < kd; d += 32)
+      store_bf16x32(out + d, load_f32_upto<Arch>(in + d, max64(0, min64(16, n - d))),
+                    load_f32_upto<Arch>(in + d + 16, max64(0, min64(16, n - d - 16))));
+  }
+
+  // Sᵀ = K·Qᵀ for keys [j0, j0 + nk), K rounded to bf16 rows first.
+  void scores(const KvSource<E>& src, int64_t j0, int64_t nk, float* st, float* colmax) {
+    uint16_t* rows16 = reinterpret_cast<uint16_t*>(k2);
+    if (std::is_same_v<E, float> && !w.k_blocked) {
+      for (int64_t j = 0; j < nk; ++j)
+        k_row(reinterpret_cast<const float*>(src.key_row(j0 + j)), depth, rows16 + j * kd);
+    } else {  // widen (and un-block) into the f32 panel first
+      if (w.k_blocked)
+        blocked_to_f32_panel(src, j0, nk, depth, kpanel);
+      else
+        to_f32_panel(src.key_row(j0), w.k_row_stride, nk, depth, depth, kpanel);
+      for (int64_t j = 0; j < nk; ++j) k_row(kpanel + j * depth, depth, rows16 + j * kd);
+    }
+    const uint32_t* krow[kBf16MaxR];
+    for (int64_t jj = 0; jj < nk; jj += T::kScoreKeys) {
+      const int R = static_cast<int>(min64(T::kScoreKeys, nk - jj));
+      for (int r = 0; r < R; ++r) krow[r] = k2 + (jj + r) * (kd / 2);
+      const ScoreBf16Args a{krow, qt2, ldr, pairs, st + jj * ldr, ldr, colmax};
+      score_bf16_dispatch(R, static_cast<int>(nvr), a);
+    }
+  }
+
+  // O = alpha·O + P·V over keys [j0, j0 + nk) (a tile without masked keys): P (the exponentials in
+  // Sᵀ) and V packed into bf16 pairs of consecutive keys.
+  void pv(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alpha, const float* st, int64_t j0,
+          int64_t nk) {
+    const int64_t key_pairs = (nk + 1) / 2, dv = w.value_dim;
+    for (int64_t jp = 0; jp < key_pairs; ++jp) {
+      const int64_t j = 2 * jp;
+      const E* va = src.value(j0 + j);
+      const E* vb = j + 1 < nk ? src.value(j0 + j + 1) : nullptr;
+      for (int64_t c = 0; c < dvp; c += 16) {
+        const int64_t n = min64(16, dv - c);
+        const __m512 b = vb ? load_f32_upto<Arch>(vb + c, n) : _mm512_setzero_ps();
+        _mm512_store_si512(v2 + jp * dvp + c, pack_bf16_pairs(load_f32_upto<Arch>(va + c, n), b));
+      }
+      for (int64_t n = 0; n < nvr; ++n) {
+        const __m512 b = j + 1 < nk ? _mm512_load_ps(st + (j + 1) * ldr + n * 16) : _mm512_setzero_ps();
+        _mm512_store_si512(p2 + jp * ldr + n * 16, pack_bf16_pairs(_mm512_load_ps(st + j * ldr + n * 16), b));
+      }
+    }
+    const int64_t rows = w.row_count, vectors = dvp / 16;
+    for (int64_t r0 = 0; r0 < rows; r0 += T::kPvRows) {
+      const int R = static_cast<int>(min64(T::kPvRows, rows - r0));
+      const int nv_max = static_cast<int>(min64(kBf16MaxNV, T::kAccRegs / R));
+      for (int64_t c = 0; c < vectors; c += nv_max) {
+        const int nv = static_cast<int>(min64(nv_max, vectors - c));
+        const PvBf16Args a{oacc + r0 * ldo + c * 16, ldo, alpha + r0, p2 + r0, ldr, v2 + c * 16, dvp, key_pairs};
+        pv_bf16_dispatch(R, nv, a);
+      }
+    }
+  }
+};
+
+}  // namespace
+}  // namespace attend::kernels
+
+#endif  // __AVX512BF16__
