@@ -65,9 +65,11 @@ struct Workload {
   std::string error;  // non-empty: a correctness check failed
 };
 
-void run_attend(const SdpaShape& s, const float* q, const float* k, const float* v, float* o) {
+void run_attend(const SdpaShape& s, const float* q, const float* k, const float* v, float* o,
+                FpMath fpmath = FpMath::strict) {
   SdpaOptions opt;
   opt.causal = s.causal;
+  opt.fpmath = fpmath;
   scaled_dot_product_attention(
       TensorView::dense(q, {s.B, s.Hq, s.Nq, s.D}), TensorView::dense(k, {s.B, s.Hkv, s.Nk, s.D}),
       TensorView::dense(v, {s.B, s.Hkv, s.Nk, s.D}), TensorView::dense(o, {s.B, s.Hq, s.Nq, s.D}), opt);
@@ -158,6 +160,22 @@ void bm_attend(benchmark::State& state, const NamedShape* ns) {
       (1 << 20);
 }
 
+// f32 in and out, FpMath::bf16 (vdpbf16ps on avx512_bf16); prefill shapes. peak_pct is the share of
+// the vdpbf16ps probe run after each call. Checked once per shape against the sampled reference
+// with the documented bf16-math bound (1e-2 of the output's scale).
+void bm_attend_bf16math(benchmark::State& state, const NamedShape* ns) {
+  Workload& w = workload(*ns);
+  if (!w.error.empty()) return state.SkipWithError(w.error.c_str());
+  const SdpaShape& s = ns->shape;
+  run_attend(s, w.q.data(), w.k.data(), w.v.data(), w.o.data(), FpMath::bf16);
+  if (double e = sampled_error(s, w, w.o); e > 1e-2)
+    return state.SkipWithError(("attend fpmath=bf16 differs from the reference by " + std::to_string(e)).c_str());
+  timed_loop_vs_peak(
+      state, flops(s), [&] { run_attend(s, w.q.data(), w.k.data(), w.v.data(), w.o.data(), FpMath::bf16); },
+      bf16_dot_gflops(1, 1000) > 0);
+  set_counters(state, s, io_bytes(s));
+}
+
 void bm_onednn(benchmark::State& state, const NamedShape* ns) {
   Workload& w = workload(*ns);
   if (!w.error.empty()) return state.SkipWithError(w.error.c_str());
@@ -225,6 +243,28 @@ void print_sdpa_summary(const SummaryReporter& rep, double peak, FILE* out) {
       peak);
 }
 
+void print_bf16math_summary(const SummaryReporter& rep, double bf16_peak, FILE* out) {
+  bool any = false;
+  for (const NamedShape& ns : shapes()) any |= rep.find(std::string("sdpa/attend-bf16math/") + ns.name) != nullptr;
+  if (!any) return;
+  std::fprintf(
+      out, "\nfpmath=bf16 prefill (medians; f32 in and out; vs f32 = sdpa/attend time / this time, same process)\n");
+  std::fprintf(out, "%-5s %11s %11s %8s %10s %9s %9s\n", "shape", "bf16 ms", "f32 ms", "vs f32", "GFLOP/s", "%bf16pk",
+               "%bf16pk*");
+  for (const NamedShape& ns : shapes()) {
+    const auto* b = rep.find(std::string("sdpa/attend-bf16math/") + ns.name);
+    const auto* a = rep.find(std::string("sdpa/attend/") + ns.name);
+    if (!b) continue;
+    std::fprintf(out, "%-5s %11.3f %11.3f %7.2fx %10.1f %8.1f%% %8.1f%%\n", ns.name, b->seconds * 1e3,
+                 a ? a->seconds * 1e3 : 0.0, a ? a->seconds / b->seconds : 0.0, b->gflops,
+                 bf16_peak > 0 ? 100.0 * b->gflops / bf16_peak : 0.0, b->peak_pct);
+  }
+  std::fprintf(out,
+               "(%%bf16pk is of the vdpbf16ps peak measured at start, %.1f GFLOP/s (64 FLOPs per instruction); "
+               "%%bf16pk* of a ~3 ms vdpbf16ps probe run right after each call, median of the per-call ratios)\n",
+               bf16_peak);
+}
+
 void register_sdpa_benchmarks() {
   for (const NamedShape& ns : shapes()) {
     auto reg = [&](const char* group, void (*fn)(benchmark::State&, const NamedShape*)) {
@@ -234,6 +274,7 @@ void register_sdpa_benchmarks() {
     };
     reg("sdpa/attend/", bm_attend);
     reg("sdpa/onednn/", bm_onednn);
+    if (!ns.decode) reg("sdpa/attend-bf16math/", bm_attend_bf16math);
     if (ns.decode) reg("stream/read/", bm_stream);
   }
 }
@@ -271,6 +312,9 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("onednn_isa", attend::onednn_isa());
   benchmark::AddCustomContext("threads", std::to_string(threads));
   benchmark::AddCustomContext("fma_peak_gflops", std::to_string(peak));
+  const double bf16_peak = measure_bf16_peak_gflops(threads);
+  benchmark::AddCustomContext("bf16_dot_peak_gflops", std::to_string(bf16_peak));
+  benchmark::AddCustomContext("fpmath_bf16", attend::bf16_math_native() ? "vdpbf16ps" : "f32");
   // What the cache/ and layer/ entries store and read, so collected results say it themselves.
   benchmark::AddCustomContext(
       "kv_cache_layout",
@@ -295,6 +339,7 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks(&reporter);
   FILE* out = json ? stderr : stdout;
   print_sdpa_summary(reporter, peak, out);
+  print_bf16math_summary(reporter, bf16_peak, out);
   print_cache_summary(reporter, out);
   print_layer_summary(reporter, peak, out);
   print_serve_summary(reporter, out);

@@ -138,13 +138,16 @@ void timed_loop_vs_stream(benchmark::State& state, F&& body, R&& reference) {
 /// Compute-bound calls of `flops` floating-point operations (warm caches): the limit is the FMA
 /// throughput of a ~3 ms probe (fma_gflops) run right after each call on the same threads.
 /// Counter `peak_pct`: the call's GFLOP/s as a share of the probe's (0 on a CPU without FMA).
+/// `bf16_probe`: the limit is the vdpbf16ps probe (bf16_dot_gflops, half the iterations: the same
+/// ~3 ms) instead, for calls that compute in bf16.
 template <class F>
-void timed_loop_vs_peak(benchmark::State& state, double flops, F&& body) {
+void timed_loop_vs_peak(benchmark::State& state, double flops, F&& body, bool bf16_probe = false) {
   const int threads = omp_get_max_threads();
   timed_loop_paired(
       state, false, [] {}, body,
       [&] {
-        const double gflops = fma_gflops(threads, kFmaProbeIterations);
+        const double gflops =
+            bf16_probe ? bf16_dot_gflops(threads, kFmaProbeIterations / 2) : fma_gflops(threads, kFmaProbeIterations);
         return gflops > 0 ? flops / (gflops * 1e9) : 0.0;
       },
       "peak_pct");
@@ -224,6 +227,7 @@ class SummaryReporter : public benchmark::BenchmarkReporter {
 /// Each group registers its benchmarks and prints its summary from the collected medians.
 void register_sdpa_benchmarks();
 void print_sdpa_summary(const SummaryReporter& rep, double peak, FILE* out);
+void print_bf16math_summary(const SummaryReporter& rep, double bf16_peak, FILE* out);
 void register_cache_benchmarks();
 void print_cache_summary(const SummaryReporter& rep, FILE* out);
 void register_layer_benchmarks();

@@ -63,6 +63,19 @@ __attribute__((target("avx2,fma"))) double run256(int64_t iterations) {
 }
 #undef ATTEND_FMA_LOOP
 
+__attribute__((target("avx512f,avx512bf16"))) double run_bf16_dot(int64_t iterations) {
+  __m512 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(1.0f + i * 1e-3f);
+  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
+  const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-4f), _mm512_set1_ps(1e-4f));
+  for (int64_t it = 0; it < iterations; ++it)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  for (int i = 1; i < 12; ++i) acc[0] = _mm512_add_ps(acc[0], acc[i]);
+  alignas(64) float out[16];
+  _mm512_store_ps(out, acc[0]);
+  return out[0];
+}
+
 }  // namespace
 
 double fma_gflops(int threads, int64_t iterations) {
@@ -76,6 +89,23 @@ double fma_gflops(int threads, int64_t iterations) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double flops = 2.0 * lanes * 12.0 * static_cast<double>(iterations) * threads;
   return flops / s * 1e-9 + 0.0 * sink;
+}
+
+double bf16_dot_gflops(int threads, int64_t iterations) {
+  if (!__builtin_cpu_supports("avx512bf16")) return 0.0;
+  const auto t0 = std::chrono::steady_clock::now();
+  double sink = 0.0;
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+  sink += run_bf16_dot(iterations);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double flops = 2.0 * 32 * 12.0 * static_cast<double>(iterations) * threads;
+  return flops / s * 1e-9 + 0.0 * sink;
+}
+
+double measure_bf16_peak_gflops(int threads) {
+  double best = 0.0;
+  for (int rep = 0; rep < 3; ++rep) best = std::max(best, bf16_dot_gflops(threads, 20'000'000));
+  return best;
 }
 
 double measure_fma_peak_gflops(int threads) {

@@ -27,4 +27,9 @@ constexpr int64_t kFmaProbeIterations = 2'000'000;
 /// chains on the widest vectors the CPU supports (AVX-512, else AVX2+FMA).
 double measure_fma_peak_gflops(int threads);
 
+/// The same for `vdpbf16ps` (AVX512_BF16: 32 bf16 multiply-adds per instruction, counted as 64
+/// FLOPs), 12 independent chains per thread; 0 on a CPU without AVX512_BF16.
+double bf16_dot_gflops(int threads, int64_t iterations);
+double measure_bf16_peak_gflops(int threads);
+
 }  // namespace attend::bench
