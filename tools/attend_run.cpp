@@ -21,17 +21,18 @@
 #include "io/npy.hpp"
 #include "io/svg_heatmap.hpp"
 
-// Layer options that only set the thread count.
-inline attend::MhaOptions threads_option(int threads) {
+// Layer options: the thread count and the attention's fpmath.
+inline attend::MhaOptions run_options(int threads, attend::FpMath fpmath) {
   attend::MhaOptions o;
   o.num_threads = threads;
+  o.fpmath = fpmath;
   return o;
 }
 
 namespace {
 
 struct Args {
-  std::string weights, input, output, prefix, cache_dtype = "f32", map_path, map_scale = "log";
+  std::string weights, input, output, prefix, cache_dtype = "f32", map_path, map_scale = "log", fpmath = "strict";
   int64_t heads = 0, kv_heads = 0, decode = 0, head = 0;
   std::optional<double> rope_theta;
   bool causal = false;
@@ -79,12 +80,11 @@ int run(const Args& a) {
     throw io::IoError("--cache-dtype must be f32, bf16 or f16");
 
   const MultiHeadAttention mha(layer.config, layer.weights());
+  const FpMath fpmath = a.fpmath == "bf16" ? FpMath::bf16 : FpMath::strict;
   io::NpyArray y{x.shape, std::vector<float>(x.data.size())};
   const auto t0 = std::chrono::steady_clock::now();
   if (a.decode == 0) {
-    MhaOptions opt;
-    opt.num_threads = a.threads;
-    mha.forward(x.data.data(), y.data.data(), batch, tokens, opt);
+    mha.forward(x.data.data(), y.data.data(), batch, tokens, run_options(a.threads, fpmath));
   } else {
     // The first N − M tokens as one prefill, the last M one at a time through the cache; each
     // batch row is its own sequence slot.
@@ -105,13 +105,13 @@ int run(const Args& a) {
     if (prefill > 0) {
       gather(0, prefill, xs);
       ys.resize(xs.size());
-      mha.forward_cached(xs.data(), ys.data(), batch, prefill, cache, seqs, threads_option(a.threads));
+      mha.forward_cached(xs.data(), ys.data(), batch, prefill, cache, seqs, run_options(a.threads, fpmath));
       scatter(0, prefill, ys);
     }
     for (int64_t t = prefill; t < tokens; ++t) {
       gather(t, 1, xs);
       ys.resize(xs.size());
-      mha.forward_cached(xs.data(), ys.data(), batch, 1, cache, seqs, threads_option(a.threads));
+      mha.forward_cached(xs.data(), ys.data(), batch, 1, cache, seqs, run_options(a.threads, fpmath));
       scatter(t, 1, ys);
     }
   }
@@ -137,13 +137,14 @@ int run(const Args& a) {
 
   std::printf(
       "attend-run: %s x %s -> %s, %s layer d_model %lld, heads %lld (kv %lld, dim %lld)%s%s%s, isa %s, "
-      "threads %d, %.3f ms%s\n",
+      "fpmath %s, threads %d, %.3f ms%s\n",
       a.input.c_str(), shape_str(x.shape).c_str(), a.output.c_str(), layer.scheme.c_str(), static_cast<long long>(d),
       static_cast<long long>(layer.config.n_heads), static_cast<long long>(layer.config.n_kv_heads),
       static_cast<long long>(layer.config.head_dim), layer.config.causal ? ", causal" : "",
       layer.config.rope ? ", rope" : "",
       a.decode ? (", decode " + std::to_string(a.decode) + " (" + a.cache_dtype + " cache)").c_str() : "",
-      isa_name(active_isa()), a.threads > 0 ? a.threads : omp_get_max_threads(), ms, map_note.c_str());
+      isa_name(active_isa()), fpmath_name(fpmath), a.threads > 0 ? a.threads : omp_get_max_threads(), ms,
+      map_note.c_str());
   return 0;
 }
 
@@ -167,6 +168,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--cache-dtype", a.cache_dtype, "KV cache storage with --decode: f32, bf16 or f16")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  app.add_option("--fpmath", a.fpmath,
+                 "attention arithmetic: strict (f32) or bf16 (Q·Kᵀ and P·V on bf16 operands where the CPU has "
+                 "AVX512_BF16)")
+      ->check(CLI::IsMember({"strict", "bf16"}));
   auto* map = app.add_option("--attention-map", a.map_path, "write head --head's attention weights as an SVG heat map");
   auto* head = app.add_option("--head", a.head, "head for --attention-map (required with it)")->needs(map);
   map->needs(head);

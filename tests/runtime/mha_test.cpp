@@ -188,6 +188,26 @@ TEST_P(Layer, Bf16WeightsWithinBound) {
   expect_close(y, m.ref.forward(x, 2, 33, true), 3e-2, c.name + " bf16 weights");
 }
 
+// MhaOptions::fpmath = bf16 reaches the attention: within the documented bound (1e-2 of the
+// output's scale for the attention; the layer's output error stays below it here) and, where the
+// CPU runs it natively, not the strict bits.
+TEST_P(Layer, Bf16MathWithinBound) {
+  const LayerCase& c = GetParam();
+  Model m(c);
+  const MultiHeadAttention layer = m.layer();
+  std::mt19937 rng(15);
+  const int64_t tokens = 70;  // 70 × G rows per kv head: the prefill path
+  const auto x = random_vec(rng, static_cast<size_t>(2 * tokens * c.dm), 1.0f);
+  std::vector<float> y(x.size()), strict(x.size());
+  MhaOptions opt;
+  opt.causal = true;
+  layer.forward(x.data(), strict.data(), 2, tokens, opt);
+  opt.fpmath = FpMath::bf16;
+  layer.forward(x.data(), y.data(), 2, tokens, opt);
+  expect_close(y, m.ref.forward(x, 2, tokens, true), 1e-2, c.name + " fpmath=bf16");
+  EXPECT_EQ(bf16_math_native(), y != strict) << c.name;
+}
+
 // Prefill N tokens, then decode M one at a time through the cache == one causal forward over N+M.
 TEST_P(Layer, PrefillThenDecodeEqualsCausalForward) {
   const LayerCase& c = GetParam();

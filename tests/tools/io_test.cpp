@@ -319,6 +319,11 @@ TEST_F(AttendRunErrors, EachBadInputFailsCleanly) {
   expect_failure("-w " + path("layer.safetensors") + " -i " + path("missing.npy") + " --heads 4",
                  "missing.npy: cannot open");
   expect_failure(ok + " --decode 9", "--decode 9 must be within [0, 3]");
+  {
+    const auto [rc, err] = run(ok + " -o " + path("bf16.npy") + " --fpmath bf16");
+    EXPECT_EQ(rc, 0) << err;
+  }
+  expect_failure(ok + " --fpmath tf32", "--fpmath");
   expect_failure(ok + " --attention-map " + path("m.svg") + " --head 7", "--head 7 outside [0, 4)");
   EXPECT_FALSE(std::filesystem::exists(path("m.svg")));
   // --attention-map without --head used to draw head 0 silently.
