@@ -99,6 +99,10 @@ struct TestTensor {
   float at(int64_t a, int64_t b, int64_t c, int64_t d) const {
     return view.data()[a * view.stride(0) + b * view.stride(1) + c * view.stride(2) + d * view.stride(3)];
   }
+  float& at(int64_t a, int64_t b, int64_t c, int64_t d) {  // (the view points into `storage`, which we own)
+    return const_cast<float*>(
+        view.data())[a * view.stride(0) + b * view.stride(1) + c * view.stride(2) + d * view.stride(3)];
+  }
 };
 
 }  // namespace attend::testing

@@ -49,10 +49,12 @@ KernelTable make_table(const char* name) {
 #if defined(__AVX512BF16__)
 // The table for FpMath::bf16: the wide driver rounds Q·Kᵀ and P·V operands to bf16 (vdpbf16ps);
 // decode (the narrow driver, bound by bytes) stays f32.
+// Its row blocks are twice the f32 ones (128 rows): the K tile rounded to bf16 and the V tile packed
+// into pairs serve twice the rows.
 template <class Arch>
 KernelTable make_table_bf16_math(const char* name) {
   using T = Tiles<Arch>;
-  return KernelTable{name, KernelGeometry{T::W, T::kBlockRows, T::kBlockKeys, T::kNarrowMaxRows},
+  return KernelTable{name, KernelGeometry{T::W, 2 * T::kBlockRows, T::kBlockKeys, T::kNarrowMaxRows},
                      &flash_any_type<Arch, NarrowDriver>, &flash_any_type<Arch, WideBf16Driver>,
                      &scratch_floats_bf16<Arch>};
 }

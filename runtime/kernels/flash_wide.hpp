@@ -80,8 +80,9 @@ struct NoBf16 {
   explicit NoBf16(A&&...) {}
 };
 
-// kBf16Math: Sᵀ = K·Qᵀ and, on tiles without masked keys, P·V round their operands to bf16 and
-// run on vdpbf16ps (FpMath::bf16); everything else is the f32 path.
+// kBf16Math: Sᵀ = K·Qᵀ and P·V round their operands to bf16 and run on vdpbf16ps (FpMath::bf16);
+// the softmax, and P·V of a tile with masked keys whose V holds a NaN or an infinity, are the f32
+// path.
 template <class Arch, class E, bool kBf16Math = false>
 void flash_wide(const FlashWork& w, float* scratch) {
   using T = Tiles<Arch>;
@@ -168,7 +169,9 @@ void flash_wide(const FlashWork& w, float* scratch) {
     }
     // Online softmax down the columns of Sᵀ, W query rows at a time: new maxima and rescale
     // factors first, then the exponentials of all columns together.
-    B ref[T::kMaxRowVectors], sum[T::kMaxRowVectors];
+    // (bf16 math takes blocks of up to twice the rows: its K and V tiles are packed once per block)
+    constexpr int kRowVectors = kBf16Math ? 2 * T::kMaxRowVectors : T::kMaxRowVectors;
+    B ref[kRowVectors], sum[kRowVectors];
     for (int n = 0; n < nvr; ++n) {
       B mx(kNegInf);
       if (fuse_max)
@@ -183,19 +186,18 @@ void flash_wide(const FlashWork& w, float* scratch) {
       exp2_nonpositive<Arch>((m_old - ref[n]) * B(kLog2e)).store_aligned(alpha + n * W);
     }
     static_assert(T::kMaxRowVectors == 4, "exp_columns is dispatched for 1–4 row vectors");
-    switch (nvr) {
-      case 1: exp_columns<Arch, 1>(st, ldr, nk, ref, sum); break;
-      case 2: exp_columns<Arch, 2>(st, ldr, nk, ref, sum); break;
-      case 3: exp_columns<Arch, 3>(st, ldr, nk, ref, sum); break;
-      default: exp_columns<Arch, 4>(st, ldr, nk, ref, sum); break;
+    for (int n0 = 0; n0 < nvr; n0 += 4) {
+      switch (nvr - n0) {
+        case 1: exp_columns<Arch, 1>(st + n0 * W, ldr, nk, ref + n0, sum + n0); break;
+        case 2: exp_columns<Arch, 2>(st + n0 * W, ldr, nk, ref + n0, sum + n0); break;
+        case 3: exp_columns<Arch, 3>(st + n0 * W, ldr, nk, ref + n0, sum + n0); break;
+        default: exp_columns<Arch, 4>(st + n0 * W, ldr, nk, ref + n0, sum + n0); break;
+      }
     }
     for (int n = 0; n < nvr; ++n)
       xsimd::fma(B::load_aligned(l + n * W), B::load_aligned(alpha + n * W), sum[n]).store_aligned(l + n * W);
     if constexpr (kBf16Math) {
-      if (!masked) {
-        bf.pv(src, oacc, dvp, alpha, st, j0, nk);
-        continue;
-      }
+      if (bf.pv(src, oacc, dvp, alpha, st, j0, nk, masked)) continue;
     }
     if (kFloat && w.value_dim % W == 0) {
       pv_runs<Arch>(src, oacc, dvp, alpha, ones, st, 1, ldr, j0, nk, nr, dvp / W, masked, 0);

@@ -113,30 +113,39 @@ struct Bf16Wide {
     for (int64_t jj = 0; jj < nk; jj += T::kScoreKeys) {
       const int R = static_cast<int>(min64(T::kScoreKeys, nk - jj));
       for (int r = 0; r < R; ++r) krow[r] = k2 + (jj + r) * (kd / 2);
-      const ScoreBf16Args a{krow, qt2, ldr, pairs, st + jj * ldr, ldr, colmax};
-      score_bf16_dispatch(R, static_cast<int>(nvr), a);
+      for (int64_t n0 = 0; n0 < nvr; n0 += kBf16MaxNV) {  // up to 8 row vectors, 4 per call
+        const ScoreBf16Args a{
+            krow, qt2 + n0 * 16, ldr, pairs, st + jj * ldr + n0 * 16, ldr, colmax ? colmax + n0 * 16 : nullptr};
+        score_bf16_dispatch(R, static_cast<int>(min64(kBf16MaxNV, nvr - n0)), a);
+      }
     }
   }
 
-  // O = alpha·O + P·V over keys [j0, j0 + nk) (a tile without masked keys): P (the exponentials in
-  // Sᵀ) and V packed into bf16 pairs of consecutive keys.
-  void pv(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alpha, const float* st, int64_t j0,
-          int64_t nk) {
+  // O = alpha·O + P·V over keys [j0, j0 + nk): P (the exponentials in Sᵀ) and V packed into bf16
+  // pairs of consecutive keys. Returns false, computing nothing, when the tile has masked keys
+  // (`masked`) and V holds a NaN or an infinity: a masked key's weight is exactly 0, but 0·inf in a
+  // pair's product would reach rows that never saw the key — the f32 P·V skips zero weights.
+  bool pv(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alpha, const float* st, int64_t j0, int64_t nk,
+          bool masked) {
     const int64_t key_pairs = (nk + 1) / 2, dv = w.value_dim;
+    __mmask16 special = 0;  // lanes that saw a NaN or ±inf
     for (int64_t jp = 0; jp < key_pairs; ++jp) {
       const int64_t j = 2 * jp;
       const E* va = src.value(j0 + j);
       const E* vb = j + 1 < nk ? src.value(j0 + j + 1) : nullptr;
       for (int64_t c = 0; c < dvp; c += 16) {
         const int64_t n = min64(16, dv - c);
+        const __m512 a = load_f32_upto<Arch>(va + c, n);
         const __m512 b = vb ? load_f32_upto<Arch>(vb + c, n) : _mm512_setzero_ps();
-        _mm512_store_si512(v2 + jp * dvp + c, pack_bf16_pairs(load_f32_upto<Arch>(va + c, n), b));
+        special |= _mm512_fpclass_ps_mask(a, 0x99) | _mm512_fpclass_ps_mask(b, 0x99);  // QNaN, ±inf, SNaN
+        _mm512_store_si512(v2 + jp * dvp + c, pack_bf16_pairs(a, b));
       }
       for (int64_t n = 0; n < nvr; ++n) {
         const __m512 b = j + 1 < nk ? _mm512_load_ps(st + (j + 1) * ldr + n * 16) : _mm512_setzero_ps();
         _mm512_store_si512(p2 + jp * ldr + n * 16, pack_bf16_pairs(_mm512_load_ps(st + j * ldr + n * 16), b));
       }
     }
+    if (masked && special) return false;
     const int64_t rows = w.row_count, vectors = dvp / 16;
     for (int64_t r0 = 0; r0 < rows; r0 += T::kPvRows) {
       const int R = static_cast<int>(min64(T::kPvRows, rows - r0));
@@ -147,6 +156,7 @@ struct Bf16Wide {
         pv_bf16_dispatch(R, nv, a);
       }
     }
+    return true;
   }
 };
 

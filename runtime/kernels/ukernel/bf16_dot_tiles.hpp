@@ -82,8 +82,8 @@ void score_tile_bf16(const ScoreBf16Args& a) {
 }
 
 // O[R rows][NV·16] = alpha[r]·O + Σ_pairs P·V: p[jp·ldp + r] is row r's pair of weights for keys
-// (2jp, 2jp+1), v[jp·ldv + c] the pair of V values of column c. No masked variant: the driver
-// sends tiles with masked keys to the f32 P·V (a masked weight must skip a non-finite V exactly).
+// (2jp, 2jp+1), v[jp·ldv + c] the pair of V values of column c. No masked variant: a tile with
+// masked keys and a non-finite V goes to the f32 P·V (a masked weight must skip it exactly).
 struct PvBf16Args {
   float* o;
   int64_t ldo;
