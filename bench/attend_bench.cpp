@@ -61,8 +61,8 @@ double kv_bytes(const SdpaShape& s) { return 4.0 * 2.0 * s.B * s.Hkv * s.Nk * s.
 struct Workload {
   const NamedShape* shape = nullptr;
   std::vector<float> q, k, v, o;
-  std::unique_ptr<OnednnSdpa> onednn;
-  std::string error;  // non-empty: a correctness check failed
+  std::unique_ptr<OnednnSdpa> onednn, onednn_bf16;  // (the second made by its entry)
+  std::string error;                                // non-empty: a correctness check failed
 };
 
 void run_attend(const SdpaShape& s, const float* q, const float* k, const float* v, float* o,
@@ -176,6 +176,23 @@ void bm_attend_bf16math(benchmark::State& state, const NamedShape* ns) {
   set_counters(state, s, io_bytes(s));
 }
 
+// oneDNN's baseline with bf16 matmuls (fpmath_mode::bf16; f32 in and out): the speed-up of
+// fpmath = bf16 at equal precision. Label: the matmul implementations oneDNN chose.
+void bm_onednn_bf16(benchmark::State& state, const NamedShape* ns) {
+  Workload& w = workload(*ns);
+  if (!w.error.empty()) return state.SkipWithError(w.error.c_str());
+  const SdpaShape& s = ns->shape;
+  if (!w.onednn_bf16) w.onednn_bf16 = std::make_unique<OnednnSdpa>(s, true);
+  w.onednn_bf16->run(w.q.data(), w.k.data(), w.v.data(), w.o.data());
+  if (double e = sampled_error(s, w, w.o); e > 1e-2)
+    return state.SkipWithError(("onednn bf16 differs from the reference by " + std::to_string(e)).c_str());
+  timed_loop_vs_peak(
+      state, flops(s), [&] { w.onednn_bf16->run(w.q.data(), w.k.data(), w.v.data(), w.o.data()); },
+      bf16_dot_gflops(1, 1000) > 0);
+  set_counters(state, s, io_bytes(s));
+  state.SetLabel(w.onednn_bf16->matmul_impls());
+}
+
 void bm_onednn(benchmark::State& state, const NamedShape* ns) {
   Workload& w = workload(*ns);
   if (!w.error.empty()) return state.SkipWithError(w.error.c_str());
@@ -249,20 +266,24 @@ void print_bf16math_summary(const SummaryReporter& rep, double bf16_peak, FILE* 
   if (!any) return;
   std::fprintf(
       out, "\nfpmath=bf16 prefill (medians; f32 in and out; vs f32 = sdpa/attend time / this time, same process)\n");
-  std::fprintf(out, "%-5s %11s %11s %8s %10s %9s %9s\n", "shape", "bf16 ms", "f32 ms", "vs f32", "GFLOP/s", "%bf16pk",
-               "%bf16pk*");
+  std::fprintf(out, "%-5s %11s %11s %11s %8s %8s %10s %9s %9s %9s\n", "shape", "bf16 ms", "f32 ms", "dnnbf16 ms",
+               "vs f32", "vs dnn", "GFLOP/s", "%bf16pk", "%bf16pk*", "dnn%pk*");
   for (const NamedShape& ns : shapes()) {
     const auto* b = rep.find(std::string("sdpa/attend-bf16math/") + ns.name);
     const auto* a = rep.find(std::string("sdpa/attend/") + ns.name);
+    const auto* d = rep.find(std::string("sdpa/onednn-bf16/") + ns.name);
     if (!b) continue;
-    std::fprintf(out, "%-5s %11.3f %11.3f %7.2fx %10.1f %8.1f%% %8.1f%%\n", ns.name, b->seconds * 1e3,
-                 a ? a->seconds * 1e3 : 0.0, a ? a->seconds / b->seconds : 0.0, b->gflops,
-                 bf16_peak > 0 ? 100.0 * b->gflops / bf16_peak : 0.0, b->peak_pct);
+    std::fprintf(out, "%-5s %11.3f %11.3f %11.3f %7.2fx %7.2fx %10.1f %8.1f%% %8.1f%% %8.1f%%\n", ns.name,
+                 b->seconds * 1e3, a ? a->seconds * 1e3 : 0.0, d ? d->seconds * 1e3 : 0.0,
+                 a ? a->seconds / b->seconds : 0.0, d ? d->seconds / b->seconds : 0.0, b->gflops,
+                 bf16_peak > 0 ? 100.0 * b->gflops / bf16_peak : 0.0, b->peak_pct, d ? d->peak_pct : 0.0);
   }
-  std::fprintf(out,
-               "(%%bf16pk is of the vdpbf16ps peak measured at start, %.1f GFLOP/s (64 FLOPs per instruction); "
-               "%%bf16pk* of a ~3 ms vdpbf16ps probe run right after each call, median of the per-call ratios)\n",
-               bf16_peak);
+  std::fprintf(
+      out,
+      "(%%bf16pk is of the vdpbf16ps peak measured at start, %.1f GFLOP/s (64 FLOPs per instruction); "
+      "%%bf16pk* of a ~3 ms vdpbf16ps probe run right after each call, median of the per-call ratios; dnnbf16 = "
+      "oneDNN's baseline with fpmath_mode::bf16 matmuls, vs dnn its time over attend's)\n",
+      bf16_peak);
 }
 
 void register_sdpa_benchmarks() {
@@ -275,6 +296,7 @@ void register_sdpa_benchmarks() {
     reg("sdpa/attend/", bm_attend);
     reg("sdpa/onednn/", bm_onednn);
     if (!ns.decode) reg("sdpa/attend-bf16math/", bm_attend_bf16math);
+    if (!ns.decode) reg("sdpa/onednn-bf16/", bm_onednn_bf16);
     if (ns.decode) reg("stream/read/", bm_stream);
   }
 }

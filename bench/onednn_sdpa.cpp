@@ -22,8 +22,9 @@ struct OnednnSdpa::Impl {
   dnnl::softmax_forward softmax;
   memory scores, mask, scratch_qk, scratch_pv, scratch_add, scratch_sm;
   size_t workspace = 0;
+  std::string impl_names;
 
-  explicit Impl(const SdpaShape& shape) : s(shape) {
+  Impl(const SdpaShape& shape, bool bf16_matmuls) : s(shape) {
     const int64_t G = s.Hq / s.Hkv, BH = s.B * s.Hkv, M = G * s.Nq;
     q_md = memory::desc({BH, M, s.D}, dt::f32, tag::abc);
     // Kᵀ as a strided view of K [BH, Nk, D]: no transpose copy.
@@ -36,12 +37,19 @@ struct OnednnSdpa::Impl {
     dnnl::primitive_attr qk_attr;
     qk_attr.set_output_scales(0, {1.0f / std::sqrt(static_cast<float>(s.D))});
     qk_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::primitive_attr mm_attr;  // P·V
+    mm_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (bf16_matmuls) {
+      qk_attr.set_fpmath_mode(dnnl::fpmath_mode::bf16);
+      mm_attr.set_fpmath_mode(dnnl::fpmath_mode::bf16);
+    }
     auto qk_pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(q_md, kt_md, s_md), qk_attr, eng);
     qk = dnnl::matmul(qk_pd);
 
     dnnl::primitive_attr plain;
     plain.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    auto pv_pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(s_md, v_md, o_md), plain, eng);
+    auto pv_pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(s_md, v_md, o_md), mm_attr, eng);
+    impl_names = std::string(qk_pd.impl_info_str()) + " / " + pv_pd.impl_info_str();
     pv = dnnl::matmul(pv_pd);
 
     auto sm_pd = dnnl::softmax_forward::primitive_desc(
@@ -93,7 +101,9 @@ struct OnednnSdpa::Impl {
   }
 };
 
-OnednnSdpa::OnednnSdpa(const SdpaShape& shape) : impl_(std::make_unique<Impl>(shape)) {}
+OnednnSdpa::OnednnSdpa(const SdpaShape& shape, bool bf16_matmuls)
+    : impl_(std::make_unique<Impl>(shape, bf16_matmuls)) {}
+std::string OnednnSdpa::matmul_impls() const { return impl_->impl_names; }
 OnednnSdpa::~OnednnSdpa() = default;
 void OnednnSdpa::run(const float* q, const float* k, const float* v, float* o) { impl_->run(q, k, v, o); }
 size_t OnednnSdpa::workspace_bytes() const { return impl_->workspace; }

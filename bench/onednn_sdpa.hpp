@@ -24,8 +24,10 @@ struct SdpaShape {
 
 class OnednnSdpa {
  public:
-  /// Creates the primitives and the score buffer (B·Hkv·G·Nq·Nk floats) for `shape`.
-  explicit OnednnSdpa(const SdpaShape& shape);
+  /// Creates the primitives and the score buffer (B·Hkv·G·Nq·Nk floats) for `shape`. `bf16_matmuls`:
+  /// both matmuls run in bf16 (oneDNN's fpmath_mode::bf16 attribute: f32 tensors in and out, the
+  /// operands down-converted by oneDNN), the softmax in f32 — the baseline at attend's FpMath::bf16.
+  explicit OnednnSdpa(const SdpaShape& shape, bool bf16_matmuls = false);
   ~OnednnSdpa();
   OnednnSdpa(const OnednnSdpa&) = delete;
   OnednnSdpa& operator=(const OnednnSdpa&) = delete;
@@ -33,6 +35,9 @@ class OnednnSdpa {
   /// q [B,Hq,Nq,D], k/v [B,Hkv,Nk,D] (heads kv_head_stride apart), o [B,Hq,Nq,D], otherwise dense.
   /// Runs and waits.
   void run(const float* q, const float* k, const float* v, float* o);
+
+  /// oneDNN's implementation names of the two matmuls ("brg:avx512_core_bf16 / …").
+  std::string matmul_impls() const;
 
   /// Bytes of intermediate buffers (scores, mask, scratchpads) the baseline holds.
   size_t workspace_bytes() const;
