@@ -176,8 +176,9 @@ void bm_attend_bf16math(benchmark::State& state, const NamedShape* ns) {
   set_counters(state, s, io_bytes(s));
 }
 
-// oneDNN's baseline with bf16 matmuls (fpmath_mode::bf16; f32 in and out): the speed-up of
-// fpmath = bf16 at equal precision. Label: the matmul implementations oneDNN chose.
+// oneDNN's baseline with bf16 matmuls (Q, K, V and P reordered to bf16 by oneDNN, f32 in and out,
+// softmax f32): the speed-up of fpmath = bf16 at equal precision. Label: the matmul
+// implementations oneDNN chose (brg:avx512_core_bf16 where the CPU has AVX512_BF16).
 void bm_onednn_bf16(benchmark::State& state, const NamedShape* ns) {
   Workload& w = workload(*ns);
   if (!w.error.empty()) return state.SkipWithError(w.error.c_str());
@@ -282,7 +283,8 @@ void print_bf16math_summary(const SummaryReporter& rep, double bf16_peak, FILE* 
       out,
       "(%%bf16pk is of the vdpbf16ps peak measured at start, %.1f GFLOP/s (64 FLOPs per instruction); "
       "%%bf16pk* of a ~3 ms vdpbf16ps probe run right after each call, median of the per-call ratios; dnnbf16 = "
-      "oneDNN's baseline with fpmath_mode::bf16 matmuls, vs dnn its time over attend's)\n",
+      "oneDNN's baseline with bf16 matmuls (Q, K, V, P reordered to bf16, timed), vs dnn its time over "
+      "attend's; dnn%%pk* its share of the vdpbf16ps probe)\n",
       bf16_peak);
 }
 

@@ -23,6 +23,10 @@ struct OnednnSdpa::Impl {
   memory scores, mask, scratch_qk, scratch_pv, scratch_add, scratch_sm;
   size_t workspace = 0;
   std::string impl_names;
+  bool bf16 = false;
+  memory::desc k_md, kt16_md;  // K as [BH, Nk, D] f32 (the bf16 copy's source); Kᵀ of the copy
+  memory q16, k16, v16, p16;
+  dnnl::reorder to_q16, to_k16, to_v16, to_p16;
 
   Impl(const SdpaShape& shape, bool bf16_matmuls) : s(shape) {
     const int64_t G = s.Hq / s.Hkv, BH = s.B * s.Hkv, M = G * s.Nq;
@@ -37,20 +41,32 @@ struct OnednnSdpa::Impl {
     dnnl::primitive_attr qk_attr;
     qk_attr.set_output_scales(0, {1.0f / std::sqrt(static_cast<float>(s.D))});
     qk_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    dnnl::primitive_attr mm_attr;  // P·V
-    mm_attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (bf16_matmuls) {
-      qk_attr.set_fpmath_mode(dnnl::fpmath_mode::bf16);
-      mm_attr.set_fpmath_mode(dnnl::fpmath_mode::bf16);
-    }
-    auto qk_pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(q_md, kt_md, s_md), qk_attr, eng);
-    qk = dnnl::matmul(qk_pd);
-
     dnnl::primitive_attr plain;
     plain.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    auto pv_pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(s_md, v_md, o_md), mm_attr, eng);
-    impl_names = std::string(qk_pd.impl_info_str()) + " / " + pv_pd.impl_info_str();
+    // bf16: the matmuls read bf16 copies (dense K and V; Kᵀ a strided view of the copy).
+    bf16 = bf16_matmuls;
+    const dt mm = bf16 ? dt::bf16 : dt::f32;
+    const int64_t mhs = bf16 ? s.Nk * s.D : hs;
+    const memory::desc q_mm(q_md.dims(), mm, tag::abc), kt_mm({BH, s.D, s.Nk}, mm, memory::dims{mhs, 1, s.D}),
+        v_mm({BH, s.Nk, s.D}, mm, memory::dims{mhs, s.D, 1}), p_mm(s_md.dims(), mm, tag::abc);
+    auto qk_pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(q_mm, kt_mm, s_md), qk_attr, eng);
+    qk = dnnl::matmul(qk_pd);
+    auto pv_pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(p_mm, v_mm, o_md), plain, eng);
     pv = dnnl::matmul(pv_pd);
+    impl_names = std::string(qk_pd.impl_info_str()) + " / " + pv_pd.impl_info_str();
+    if (bf16) {
+      k_md = memory::desc({BH, s.Nk, s.D}, dt::f32, memory::dims{hs, s.D, 1});
+      kt16_md = kt_mm;
+      q16 = memory(q_mm, eng);
+      k16 = memory(memory::desc({BH, s.Nk, s.D}, dt::bf16, tag::abc), eng);
+      v16 = memory(memory::desc({BH, s.Nk, s.D}, dt::bf16, tag::abc), eng);
+      p16 = memory(p_mm, eng);
+      workspace += q_mm.get_size() + 2 * k16.get_desc().get_size() + p_mm.get_size();
+      to_q16 = dnnl::reorder(dnnl::reorder::primitive_desc(eng, q_md, eng, q_mm));
+      to_k16 = dnnl::reorder(dnnl::reorder::primitive_desc(eng, k_md, eng, k16.get_desc()));
+      to_v16 = dnnl::reorder(dnnl::reorder::primitive_desc(eng, v_md, eng, v16.get_desc()));
+      to_p16 = dnnl::reorder(dnnl::reorder::primitive_desc(eng, s_md, eng, p_mm));
+    }
 
     auto sm_pd = dnnl::softmax_forward::primitive_desc(
         dnnl::softmax_forward::desc(dnnl::prop_kind::forward_inference, s_md, 2), plain, eng);
@@ -87,16 +103,31 @@ struct OnednnSdpa::Impl {
   void run(const float* q, const float* k, const float* v, float* o) {
     memory qm(q_md, eng, const_cast<float*>(q)), km(kt_md, eng, const_cast<float*>(k)),
         vm(v_md, eng, const_cast<float*>(v)), om(o_md, eng, o);
+    memory qa = qm, ka = km, va = vm;
+    if (bf16) {
+      memory kf(k_md, eng, const_cast<float*>(k));
+      to_q16.execute(strm, qm, q16);
+      to_k16.execute(strm, kf, k16);
+      to_v16.execute(strm, vm, v16);
+      qa = q16;
+      ka = memory(kt16_md, eng, k16.get_data_handle());
+      va = v16;
+    }
     qk.execute(strm,
-               {{DNNL_ARG_SRC, qm}, {DNNL_ARG_WEIGHTS, km}, {DNNL_ARG_DST, scores}, {DNNL_ARG_SCRATCHPAD, scratch_qk}});
+               {{DNNL_ARG_SRC, qa}, {DNNL_ARG_WEIGHTS, ka}, {DNNL_ARG_DST, scores}, {DNNL_ARG_SCRATCHPAD, scratch_qk}});
     if (s.causal)
       add_mask.execute(strm, {{DNNL_ARG_SRC_0, scores},
                               {DNNL_ARG_SRC_1, mask},
                               {DNNL_ARG_DST, scores},
                               {DNNL_ARG_SCRATCHPAD, scratch_add}});
     softmax.execute(strm, {{DNNL_ARG_SRC, scores}, {DNNL_ARG_DST, scores}, {DNNL_ARG_SCRATCHPAD, scratch_sm}});
+    memory pa = scores;
+    if (bf16) {
+      to_p16.execute(strm, scores, p16);
+      pa = p16;
+    }
     pv.execute(strm,
-               {{DNNL_ARG_SRC, scores}, {DNNL_ARG_WEIGHTS, vm}, {DNNL_ARG_DST, om}, {DNNL_ARG_SCRATCHPAD, scratch_pv}});
+               {{DNNL_ARG_SRC, pa}, {DNNL_ARG_WEIGHTS, va}, {DNNL_ARG_DST, om}, {DNNL_ARG_SCRATCHPAD, scratch_pv}});
     strm.wait();
   }
 };

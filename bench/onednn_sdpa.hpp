@@ -25,8 +25,9 @@ struct SdpaShape {
 class OnednnSdpa {
  public:
   /// Creates the primitives and the score buffer (B·Hkv·G·Nq·Nk floats) for `shape`. `bf16_matmuls`:
-  /// both matmuls run in bf16 (oneDNN's fpmath_mode::bf16 attribute: f32 tensors in and out, the
-  /// operands down-converted by oneDNN), the softmax in f32 — the baseline at attend's FpMath::bf16.
+  /// both matmuls run on bf16 operands, accumulating in f32 — the baseline at attend's FpMath::bf16.
+  /// f32 tensors in and out as for attend: Q, K, V and the softmax's output are reordered to bf16
+  /// by oneDNN (timed; oneDNN 2.6's fpmath_mode::bf16 attribute leaves its f32 matmul in f32).
   explicit OnednnSdpa(const SdpaShape& shape, bool bf16_matmuls = false);
   ~OnednnSdpa();
   OnednnSdpa(const OnednnSdpa&) = delete;
