@@ -84,6 +84,9 @@ Isa resolve(Isa requested) {
 }
 
 const kernels::KernelTable& kernel_table_for(Isa requested, FpMath fpmath) {
+  if (fpmath != FpMath::strict && fpmath != FpMath::bf16)
+    throw Error(ErrorCode::invalid_argument,
+                "fpmath " + std::to_string(static_cast<int>(fpmath)) + " is not FpMath::strict or FpMath::bf16");
   const Isa isa = resolve(requested);
   if (isa == Isa::avx512_bf16 && fpmath == FpMath::bf16) return *kernels::kernel_table_avx512_bf16(true);
   return *compiled_table(isa);

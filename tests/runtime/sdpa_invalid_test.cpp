@@ -178,6 +178,14 @@ TEST(SdpaInvalid, Options) {
         sdpa(x, o);
       },
       "num_threads");
+  expect_rejected(
+      in,
+      [](Inputs& x) {
+        SdpaOptions o;
+        o.fpmath = static_cast<FpMath>(7);
+        sdpa(x, o);
+      },
+      "fpmath");
 }
 
 TEST(SdpaInvalid, OutputOverlapsInput) {
