@@ -53,7 +53,8 @@ void check_close(const std::vector<float>& got, const std::vector<double>& want,
 // most e^{2ε} − 1; P and V rounded add 2·2⁻⁹. `qk_bound` bounds Σ|q||k|.
 double bf16_allowance(const attend::SdpaOptions& opt, double qk_bound, int64_t D) {
   if (opt.fpmath != attend::FpMath::bf16) return 0.0;
-  const double scale = opt.scale != 0.0f ? std::abs(opt.scale) : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(1, D)));
+  const double scale =
+      opt.scale != 0.0f ? std::abs(opt.scale) : 1.0 / std::sqrt(static_cast<double>(std::max<int64_t>(1, D)));
   return std::expm1(2.0 * std::ldexp(scale * qk_bound, -8)) + std::ldexp(1.0, -8) + 1e-6;
 }
 
