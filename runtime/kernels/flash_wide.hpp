@@ -19,7 +19,7 @@ namespace {
 template <class Arch, class E>
 struct Bf16Wide;
 
-// Wide path: a block of up to kBlockRows query rows.
+// Wide path: a block of up to kBlockRows query rows (twice that in the bf16-math table).
 
 // Sᵀ ← 2^((Sᵀ − ref)·log2 e) over `nk` keys, NV vectors of query rows per key, and sum[n] = the
 // column sums. The NV exponentials of a key are independent and Sᵀ is walked in memory order
