@@ -172,7 +172,7 @@ void bm_attend_bf16math(benchmark::State& state, const NamedShape* ns) {
     return state.SkipWithError(("attend fpmath=bf16 differs from the reference by " + std::to_string(e)).c_str());
   timed_loop_vs_peak(
       state, flops(s), [&] { run_attend(s, w.q.data(), w.k.data(), w.v.data(), w.o.data(), FpMath::bf16); },
-      bf16_dot_gflops(1, 1000) > 0);
+      has_bf16_dot());
   set_counters(state, s, io_bytes(s));
 }
 
@@ -188,8 +188,7 @@ void bm_onednn_bf16(benchmark::State& state, const NamedShape* ns) {
   if (double e = sampled_error(s, w, w.o); e > 1e-2)
     return state.SkipWithError(("onednn bf16 differs from the reference by " + std::to_string(e)).c_str());
   timed_loop_vs_peak(
-      state, flops(s), [&] { w.onednn_bf16->run(w.q.data(), w.k.data(), w.v.data(), w.o.data()); },
-      bf16_dot_gflops(1, 1000) > 0);
+      state, flops(s), [&] { w.onednn_bf16->run(w.q.data(), w.k.data(), w.v.data(), w.o.data()); }, has_bf16_dot());
   set_counters(state, s, io_bytes(s));
   state.SetLabel(w.onednn_bf16->matmul_impls());
 }

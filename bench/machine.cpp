@@ -91,8 +91,10 @@ double fma_gflops(int threads, int64_t iterations) {
   return flops / s * 1e-9 + 0.0 * sink;
 }
 
+bool has_bf16_dot() { return __builtin_cpu_supports("avx512bf16"); }
+
 double bf16_dot_gflops(int threads, int64_t iterations) {
-  if (!__builtin_cpu_supports("avx512bf16")) return 0.0;
+  if (!has_bf16_dot()) return 0.0;
   const auto t0 = std::chrono::steady_clock::now();
   double sink = 0.0;
 #pragma omp parallel num_threads(threads) reduction(+ : sink)

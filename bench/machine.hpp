@@ -30,6 +30,8 @@ double measure_fma_peak_gflops(int threads);
 /// The same for `vdpbf16ps` (AVX512_BF16: 32 bf16 multiply-adds per instruction, counted as 64
 /// FLOPs), 12 independent chains per thread; 0 on a CPU without AVX512_BF16.
 double bf16_dot_gflops(int threads, int64_t iterations);
+/// Whether the CPU has AVX512_BF16 (the vdpbf16ps probe measures something).
+bool has_bf16_dot();
 double measure_bf16_peak_gflops(int threads);
 
 }  // namespace attend::bench
