@@ -63,6 +63,8 @@ struct Workload {
   std::vector<float> q, k, v, o;
   std::unique_ptr<OnednnSdpa> onednn, onednn_bf16;  // (the second made by its entry)
   std::string error;                                // non-empty: a correctness check failed
+  // bf16 copies of q, k, v and a bf16 output (made by sdpa/attend-bf16io's first call).
+  std::vector<uint16_t> q16, k16, v16, o16;
 };
 
 void run_attend(const SdpaShape& s, const float* q, const float* k, const float* v, float* o,
@@ -176,6 +178,51 @@ void bm_attend_bf16math(benchmark::State& state, const NamedShape* ns) {
   set_counters(state, s, io_bytes(s));
 }
 
+// bf16 tensors in and out (TensorView dtype bf16), the way a bf16 model calls it: prefill with
+// FpMath::bf16 (peak_pct against the vdpbf16ps probe), decode reading bf16 K/V (stream_pct against
+// a plain read of its own bytes, half the f32 entry's). Checked once per shape against the sampled
+// double reference over the bf16-rounded inputs: 1e-2 of the output's scale (the bf16-math bound;
+// the output's own rounding, 2⁻⁹, included).
+void bm_attend_bf16io(benchmark::State& state, const NamedShape* ns) {
+  Workload& w = workload(*ns);
+  if (!w.error.empty()) return state.SkipWithError(w.error.c_str());
+  const SdpaShape& s = ns->shape;
+  if (w.q16.empty()) {
+    w.q16 = to_bf16(w.q);
+    w.k16 = to_bf16(w.k);
+    w.v16 = to_bf16(w.v);
+    w.o16.assign(w.q16.size(), 0);
+  }
+  SdpaOptions opt;
+  opt.causal = s.causal;
+  opt.fpmath = FpMath::bf16;
+  const auto view = [](const std::vector<uint16_t>& x, int64_t b, int64_t h, int64_t n, int64_t d) {
+    return TensorView::dense(static_cast<const void*>(x.data()), DType::bf16, {b, h, n, d});
+  };
+  const TensorView q = view(w.q16, s.B, s.Hq, s.Nq, s.D), k = view(w.k16, s.B, s.Hkv, s.Nk, s.D),
+                   v = view(w.v16, s.B, s.Hkv, s.Nk, s.D);
+  const TensorView o = TensorView::dense(static_cast<void*>(w.o16.data()), DType::bf16, {s.B, s.Hq, s.Nq, s.D});
+  auto run = [&] { scaled_dot_product_attention(q, k, v, o, opt); };
+  run();
+  {
+    Workload wide;  // the reference sees exactly the bf16 inputs
+    wide.q = from_bf16(w.q16);
+    wide.k = from_bf16(w.k16);
+    wide.v = from_bf16(w.v16);
+    if (double e = sampled_error(s, wide, from_bf16(w.o16)); e > 1e-2)
+      return state.SkipWithError(("attend bf16 io differs from the reference by " + std::to_string(e)).c_str());
+  }
+  if (ns->decode) {
+    float sink = 0.0f;
+    timed_loop_vs_stream(
+        state, [] {}, run, [&] { sink += read_kv(w.k, w.v, 2); });
+    benchmark::DoNotOptimize(sink);
+  } else {
+    timed_loop_vs_peak(state, flops(s), run, has_bf16_dot());
+  }
+  set_counters(state, s, io_bytes(s) / 2);
+}
+
 // oneDNN's baseline with bf16 matmuls (Q, K, V and P reordered to bf16 by oneDNN, f32 in and out,
 // softmax f32): the speed-up of fpmath = bf16 at equal precision. Label: the matmul
 // implementations oneDNN chose (brg:avx512_core_bf16 where the CPU has AVX512_BF16).
@@ -262,28 +309,49 @@ void print_sdpa_summary(const SummaryReporter& rep, double peak, FILE* out) {
 
 void print_bf16math_summary(const SummaryReporter& rep, double bf16_peak, FILE* out) {
   bool any = false;
-  for (const NamedShape& ns : shapes()) any |= rep.find(std::string("sdpa/attend-bf16math/") + ns.name) != nullptr;
+  for (const NamedShape& ns : shapes())
+    any |= rep.find(std::string("sdpa/attend-bf16math/") + ns.name) ||
+           rep.find(std::string("sdpa/attend-bf16io/") + ns.name);
   if (!any) return;
   std::fprintf(
       out, "\nfpmath=bf16 prefill (medians; f32 in and out; vs f32 = sdpa/attend time / this time, same process)\n");
-  std::fprintf(out, "%-5s %11s %11s %11s %8s %8s %10s %9s %9s %9s\n", "shape", "bf16 ms", "f32 ms", "dnnbf16 ms",
-               "vs f32", "vs dnn", "GFLOP/s", "%bf16pk", "%bf16pk*", "dnn%pk*");
+  std::fprintf(out, "%-5s %11s %11s %11s %8s %8s %10s %9s %9s %9s %10s %8s %9s\n", "shape", "bf16 ms", "f32 ms",
+               "dnnbf16 ms", "vs f32", "vs dnn", "GFLOP/s", "%bf16pk", "%bf16pk*", "dnn%pk*", "bf16io ms", "io/f32",
+               "io%pk*");
   for (const NamedShape& ns : shapes()) {
     const auto* b = rep.find(std::string("sdpa/attend-bf16math/") + ns.name);
     const auto* a = rep.find(std::string("sdpa/attend/") + ns.name);
     const auto* d = rep.find(std::string("sdpa/onednn-bf16/") + ns.name);
-    if (!b) continue;
-    std::fprintf(out, "%-5s %11.3f %11.3f %11.3f %7.2fx %7.2fx %10.1f %8.1f%% %8.1f%% %8.1f%%\n", ns.name,
-                 b->seconds * 1e3, a ? a->seconds * 1e3 : 0.0, d ? d->seconds * 1e3 : 0.0,
-                 a ? a->seconds / b->seconds : 0.0, d ? d->seconds / b->seconds : 0.0, b->gflops,
-                 bf16_peak > 0 ? 100.0 * b->gflops / bf16_peak : 0.0, b->peak_pct, d ? d->peak_pct : 0.0);
+    const auto* io = rep.find(std::string("sdpa/attend-bf16io/") + ns.name);
+    if (ns.decode || (!b && !io)) continue;
+    const double bs = b ? b->seconds : 0.0;
+    std::fprintf(out, "%-5s %11.3f %11.3f %11.3f %7.2fx %7.2fx %10.1f %8.1f%% %8.1f%% %8.1f%% %10.3f %7.2fx %8.1f%%\n",
+                 ns.name, bs * 1e3, a ? a->seconds * 1e3 : 0.0, d ? d->seconds * 1e3 : 0.0,
+                 a && b ? a->seconds / bs : 0.0, d && b ? d->seconds / bs : 0.0, b ? b->gflops : 0.0,
+                 b && bf16_peak > 0 ? 100.0 * b->gflops / bf16_peak : 0.0, b ? b->peak_pct : 0.0, d ? d->peak_pct : 0.0,
+                 io ? io->seconds * 1e3 : 0.0, io && a ? a->seconds / io->seconds : 0.0, io ? io->peak_pct : 0.0);
+  }
+  // Decode with bf16 tensors: K/V bytes halved; %stream against a plain read of those bytes.
+  bool io_decode = false;
+  for (const NamedShape& ns : shapes())
+    io_decode |= ns.decode && rep.find(std::string("sdpa/attend-bf16io/") + ns.name) != nullptr;
+  if (io_decode) {
+    std::fprintf(out, "%-5s %11s %11s %8s %9s\n", "shape", "bf16io ms", "f32 ms", "vs f32", "%stream");
+    for (const NamedShape& ns : shapes()) {
+      const auto* io = rep.find(std::string("sdpa/attend-bf16io/") + ns.name);
+      const auto* a = rep.find(std::string("sdpa/attend/") + ns.name);
+      if (!ns.decode || !io) continue;
+      std::fprintf(out, "%-5s %11.3f %11.3f %7.2fx %8.1f%%\n", ns.name, io->seconds * 1e3, a ? a->seconds * 1e3 : 0.0,
+                   a ? a->seconds / io->seconds : 0.0, io->stream_pct);
+    }
   }
   std::fprintf(
       out,
       "(%%bf16pk is of the vdpbf16ps peak measured at start, %.1f GFLOP/s (64 FLOPs per instruction); "
       "%%bf16pk* of a ~3 ms vdpbf16ps probe run right after each call, median of the per-call ratios; dnnbf16 = "
       "oneDNN's baseline with bf16 matmuls (Q, K, V, P reordered to bf16, timed), vs dnn its time over "
-      "attend's; dnn%%pk* its share of the vdpbf16ps probe)\n",
+      "attend's; dnn%%pk* its share of the vdpbf16ps probe; bf16io = sdpa/attend-bf16io: bf16 q, k, v and o, "
+      "fpmath=bf16, io/f32 = sdpa/attend time over its time, io%%pk* its paired share of the vdpbf16ps probe)\n",
       bf16_peak);
 }
 
@@ -297,6 +365,7 @@ void register_sdpa_benchmarks() {
     reg("sdpa/attend/", bm_attend);
     reg("sdpa/onednn/", bm_onednn);
     if (!ns.decode) reg("sdpa/attend-bf16math/", bm_attend_bf16math);
+    reg("sdpa/attend-bf16io/", bm_attend_bf16io);
     if (!ns.decode) reg("sdpa/onednn-bf16/", bm_onednn_bf16);
     if (ns.decode) reg("stream/read/", bm_stream);
   }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../runtime/numeric/convert.hpp"
 #include "machine.hpp"
 
 namespace attend::bench {
@@ -52,6 +53,18 @@ void fill(Vec& x, uint32_t seed, float scale = 1.0f) {
     state = state * 1664525u + 1013904223u;
     f = scale * static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) * (1.0f / (1 << 23));
   }
+}
+
+/// bf16 copies (round to nearest even) of f32 data, and back.
+inline std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
+  std::vector<uint16_t> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = numeric::to_bf16(x[i]);
+  return r;
+}
+inline std::vector<float> from_bf16(const std::vector<uint16_t>& x) {
+  std::vector<float> r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) r[i] = numeric::from_bf16(x[i]);
+  return r;
 }
 
 /// A plain vectorised read of K and V on all OpenMP threads: stream/read's body and the decode

@@ -26,10 +26,10 @@ namespace {
 // Masks compare key indices as f32 inside the kernels; they are exact below 2^24.
 constexpr int64_t kMaxKeys = int64_t{1} << 24;
 
-// [first, last] element addresses a view can touch; empty views touch nothing.
+// [first, last] byte addresses a view can touch; empty views touch nothing.
 struct Extent {
-  const float* first = nullptr;
-  const float* last = nullptr;
+  const char* first = nullptr;
+  const char* last = nullptr;
   bool empty = true;
 };
 
@@ -38,8 +38,9 @@ Extent extent(const TensorView& t) {
   if (t.numel() == 0) return e;
   int64_t span = 0;
   for (int i = 0; i < 4; ++i) span += (t.dim(i) - 1) * t.stride(i);
-  e.first = t.data();
-  e.last = t.data() + span;
+  const int64_t bytes = static_cast<int64_t>(dtype_size(t.dtype()));
+  e.first = static_cast<const char*>(t.data_ptr());
+  e.last = e.first + span * bytes + bytes - 1;
   e.empty = false;
   return e;
 }
@@ -63,12 +64,22 @@ void check_no_self_overlap(const char* who, const TensorView& t) {
 
 }  // namespace
 
+void check_dtype(const char* who, const char* name, const TensorView& t, const TensorView* like,
+                 const char* like_name) {
+  if (dtype_size(t.dtype()) == 0)
+    fail(who, std::string(name) + " has an unknown dtype (" + std::to_string(static_cast<int>(t.dtype())) + ")");
+  if (like && t.dtype() != like->dtype())
+    fail(who, std::string(name) + " is " + dtype_name(t.dtype()) + " but " + like_name + " is " +
+                  dtype_name(like->dtype()) + " (they must have one dtype)");
+}
+
 void check_view(const char* who, const char* name, const TensorView& t) {
+  check_dtype(who, name, t);
   for (int i = 0; i < 4; ++i) {
     if (t.dim(i) < 0) fail(who, std::string(name) + " has a negative dimension: shape " + dims(t.shape()));
     if (t.stride(i) < 0) fail(who, std::string(name) + " has a negative stride: strides " + dims(t.strides()));
   }
-  if (t.numel() > 0 && t.data() == nullptr)
+  if (t.numel() > 0 && t.data_ptr() == nullptr)
     fail(who, std::string(name) + " data is null (shape " + dims(t.shape()) + ")");
   if (t.dim(3) > 1 && t.stride(3) != 1)
     fail(who, std::string(name) + " last dimension must be contiguous (stride 1), strides " + dims(t.strides()));
@@ -107,6 +118,11 @@ Checked validate(const AttentionCall& call) {
   check_view(who, call.cache ? "k_new" : "k", k);
   check_view(who, call.cache ? "v_new" : "v", v);
   if (call.check_output) check_view(who, "o", o);
+  check_dtype(who, call.cache || call.paged ? "k_new" : "k", k, &q, "q");
+  check_dtype(who, call.cache || call.paged ? "v_new" : "v", v, &q, "q");
+  if (call.check_output && o.dtype() != DType::f32 && o.dtype() != q.dtype())
+    fail(who, std::string("o is ") + dtype_name(o.dtype()) + ": it must be f32 or q's dtype (" + dtype_name(q.dtype()) +
+                  ")");
   Checked s;
   s.B = q.dim(0);
   s.Hq = q.dim(1);
@@ -141,7 +157,7 @@ Checked validate(const AttentionCall& call) {
   s.max_keys = s.Nk;
   if (call.paged) {
     const PagedKVCacheConfig& c = call.paged->config();
-    if (!call.kv_lens.empty() || call.bias.data()) fail(who, "kv_lens and bias are not supported with a cache");
+    if (!call.kv_lens.empty() || call.bias.data_ptr()) fail(who, "kv_lens and bias are not supported with a cache");
     if (s.B != 1) fail(who, "tokens are packed along dimension 2: the batch dimension must be 1" + shapes());
     if (s.Nk != s.Nq) fail(who, "k_new/v_new must hold one token per query" + shapes());
     if (s.Dv != s.D) fail(who, "v_new must have the head dim of q" + shapes());
@@ -149,7 +165,7 @@ Checked validate(const AttentionCall& call) {
       fail(who, "the cache holds " + std::to_string(c.kv_heads) + " kv heads of dim " + std::to_string(c.head_dim) +
                     ", the call has " + std::to_string(s.Hkv) + " of dim " + std::to_string(s.D));
   } else if (call.cache) {
-    if (!call.kv_lens.empty() || call.bias.data()) fail(who, "kv_lens and bias are not supported with a cache");
+    if (!call.kv_lens.empty() || call.bias.data_ptr()) fail(who, "kv_lens and bias are not supported with a cache");
     if (call.append && s.Nk != s.Nq) fail(who, "k_new/v_new must hold one token per query" + shapes());
     if (s.Dv != s.D) fail(who, "v_new must have the head dim of q" + shapes());
     s.cached = check_cache_batch(who, *call.cache, call.seqs, s.B, call.append ? s.Nq : 0, s.Hkv, s.D);
@@ -165,9 +181,10 @@ Checked validate(const AttentionCall& call) {
           fail(who, "kv_lens[" + std::to_string(b) + "] = " + std::to_string(call.kv_lens[b]) +
                         " is outside [0, Nk = " + std::to_string(s.Nk) + "]");
     }
-    if (call.bias.data()) {
+    if (call.bias.data_ptr()) {
       const TensorView& b = call.bias;
       check_view(who, "bias", b);
+      if (b.dtype() != DType::f32) fail(who, std::string("bias must be f32, got ") + dtype_name(b.dtype()));
       const TensorView::Dims full{s.B, s.Hq, s.Nq, s.Nk};
       for (int i = 0; i < 4; ++i)
         if (b.dim(i) != 1 && b.dim(i) != full[i])
@@ -190,6 +207,8 @@ exec::Problem build_problem(const AttentionCall& call, const Checked& s) {
   p.q_row_stride = q.stride(2);
   p.o_head_stride = o.stride(1);
   p.o_row_stride = o.stride(2);
+  p.q_type = elem_type(q.dtype());
+  p.o_type = elem_type(o.dtype());
   p.causal = call.causal;
   p.window = call.window;
   p.scale = s.scale;
@@ -203,8 +222,8 @@ exec::Problem build_problem(const AttentionCall& call, const Checked& s) {
     for (int64_t b = 0; b < s.B; ++b) {
       const int64_t seq = call.seqs[static_cast<size_t>(b)];
       exec::BatchEntry& e = p.entries[static_cast<size_t>(b)];
-      e.q = q.data() + b * q.stride(0);
-      e.o = o.mutable_data() + b * o.stride(0);
+      e.q = element_at(q, b);
+      e.o = mutable_element_at(o, b);
       e.k = KVCacheAccess::keys(cache, seq);
       e.v = KVCacheAccess::values(cache, seq);
       e.bias = nullptr;
@@ -215,23 +234,24 @@ exec::Problem build_problem(const AttentionCall& call, const Checked& s) {
     return p;
   }
   const TensorView &k = call.k, &v = call.v;
+  p.kv_type = elem_type(k.dtype());
   p.k_head_stride = k.stride(1);
   p.k_row_stride = k.stride(2);
   p.v_head_stride = v.stride(1);
   p.v_row_stride = v.stride(2);
   // Broadcast dimensions of the bias are read with stride 0.
   TensorView::Dims bstride{0, 0, 0, 0};
-  if (call.bias.data())
+  if (call.bias.data_ptr())
     for (int i = 0; i < 4; ++i) bstride[i] = call.bias.dim(i) == 1 ? 0 : call.bias.stride(i);
   p.bias_head_stride = bstride[1];
   p.bias_row_stride = bstride[2];
   p.bias_key_stride = bstride[3];
   for (int64_t b = 0; b < s.B; ++b) {
     exec::BatchEntry& e = p.entries[static_cast<size_t>(b)];
-    e.q = q.data() + b * q.stride(0);
-    e.k = k.data() + b * k.stride(0);
-    e.v = v.data() + b * v.stride(0);
-    e.o = o.mutable_data() + b * o.stride(0);
+    e.q = element_at(q, b);
+    e.k = element_at(k, b);
+    e.v = element_at(v, b);
+    e.o = mutable_element_at(o, b);
     e.bias = call.bias.data() ? call.bias.data() + b * bstride[0] : nullptr;
     e.pages = nullptr;
     e.num_queries = s.Nq;
@@ -281,9 +301,8 @@ void execute(const AttentionCall& call, const Checked& s, const kernels::KernelT
     for (int64_t b = 0; b < s.B; ++b) {
       const int64_t seq = call.seqs[static_cast<size_t>(b)];
       for (int64_t h = 0; h < s.Hkv; ++h)
-        KVCacheAccess::store(cache, seq, h, s.cached[static_cast<size_t>(b)], s.Nq,
-                             k.data() + b * k.stride(0) + h * k.stride(1), k.stride(2),
-                             v.data() + b * v.stride(0) + h * v.stride(1), v.stride(2));
+        KVCacheAccess::store(cache, seq, h, s.cached[static_cast<size_t>(b)], s.Nq, element_at(k, b, h), k.stride(2),
+                             element_at(v, b, h), v.stride(2), elem_type(k.dtype()));
     }
     for (int64_t b = 0; b < s.B; ++b)
       KVCacheAccess::set_length(cache, call.seqs[static_cast<size_t>(b)], s.cached[static_cast<size_t>(b)] + s.Nq);

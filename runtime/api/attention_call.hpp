@@ -24,6 +24,24 @@ namespace attend::detail {
 [[noreturn]] void fail(const char* who, const std::string& message, ErrorCode code = ErrorCode::invalid_argument);
 std::string dims(const TensorView::Dims& d);
 
+/// The kernels' name for a tensor's element type (f32, bf16 or f16; validated views only).
+inline kernels::KvType elem_type(DType t) {
+  return t == DType::bf16 ? kernels::KvType::bf16 : t == DType::f16 ? kernels::KvType::f16 : kernels::KvType::f32;
+}
+/// Address of element (i0, i1, i2, 0) of a view, of any dtype.
+inline const void* element_at(const TensorView& t, int64_t i0, int64_t i1 = 0, int64_t i2 = 0) {
+  return static_cast<const char*>(t.data_ptr()) +
+         (i0 * t.stride(0) + i1 * t.stride(1) + i2 * t.stride(2)) * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+inline void* mutable_element_at(const TensorView& t, int64_t i0, int64_t i1 = 0, int64_t i2 = 0) {
+  return static_cast<char*>(t.mutable_data_ptr()) +
+         (i0 * t.stride(0) + i1 * t.stride(1) + i2 * t.stride(2)) * static_cast<int64_t>(dtype_size(t.dtype()));
+}
+/// Checks that `t`'s dtype is one attention takes (f32, bf16, f16) and, when `like` is given, the
+/// same as that view's (named `like_name`).
+ATTEND_INTERNAL void check_dtype(const char* who, const char* name, const TensorView& t,
+                                 const TensorView* like = nullptr, const char* like_name = nullptr);
+
 /// One attention computation as a caller described it.
 struct AttentionCall {
   const char* who = "sdpa";  // prefixes every error message
@@ -68,8 +86,8 @@ struct Checked {
 /// sequence ids and their capacity (ErrorCode::capacity). No side effects.
 ATTEND_INTERNAL Checked validate(const AttentionCall& call);
 
-/// The view checks of validate(): no negative dimension or stride, a contiguous last dimension, no
-/// null data under a non-empty view.
+/// The view checks of validate(): a known dtype, no negative dimension or stride, a contiguous last
+/// dimension, no null data under a non-empty view.
 ATTEND_INTERNAL void check_view(const char* who, const char* name, const TensorView& t);
 
 /// The cache part of validate(), for the layer's calls to run before they project anything.

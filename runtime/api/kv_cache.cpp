@@ -89,6 +89,7 @@ void check_new_kv(const char* who, const KVCacheConfig& c, const TensorView& k, 
     detail::check_view(who, t == &k ? "k" : "v", *t);  // strides, contiguity, null data: as every entry point
   }
   if (k.dim(2) != v.dim(2)) fail(std::string(who) + ": k has " + dims(k) + " but v " + dims(v));
+  detail::check_dtype(who, "v", v, &k, "k");
 }
 
 }  // namespace
@@ -101,8 +102,8 @@ void KVCache::append(int64_t seq, const TensorView& k, const TensorView& v) {
                                                 impl_->config.head_dim)[0];
   const int64_t n = k.dim(2);
   for (int64_t h = 0; h < impl_->config.kv_heads; ++h)
-    impl_->store.store(seq, h, len, n, k.data() + h * k.stride(1), k.stride(2), v.data() + h * v.stride(1),
-                       v.stride(2));
+    impl_->store.store(seq, h, len, n, detail::element_at(k, 0, h), k.stride(2), detail::element_at(v, 0, h),
+                       v.stride(2), detail::elem_type(k.dtype()));
   impl_->lengths[static_cast<size_t>(seq)] = len + n;
 }
 
@@ -126,9 +127,9 @@ std::atomic<int>& KVCacheAccess::use_state(const KVCache& c) { return c.impl_->u
 void KVCacheAccess::set_length(KVCache& c, int64_t seq, int64_t length) {
   c.impl_->lengths[static_cast<size_t>(seq)] = length;
 }
-void KVCacheAccess::store(KVCache& c, int64_t seq, int64_t head, int64_t pos, int64_t count, const float* k,
-                          int64_t k_stride, const float* v, int64_t v_stride) {
-  c.impl_->store.store(seq, head, pos, count, k, k_stride, v, v_stride);
+void KVCacheAccess::store(KVCache& c, int64_t seq, int64_t head, int64_t pos, int64_t count, const void* k,
+                          int64_t k_stride, const void* v, int64_t v_stride, kernels::KvType src) {
+  c.impl_->store.store(seq, head, pos, count, k, k_stride, v, v_stride, src);
 }
 }  // namespace detail
 

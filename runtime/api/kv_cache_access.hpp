@@ -23,10 +23,11 @@ struct ATTEND_INTERNAL KVCacheAccess {
   static int64_t length(const KVCache& c, int64_t seq);
   /// The cache's use marker (detail::CacheUse).
   static std::atomic<int>& use_state(const KVCache& c);
-  /// Writes `count` tokens' K and V rows (head_dim f32 each, k_stride / v_stride apart) of kv head
-  /// `head` at `pos` on, converted to the storage type. No checks: callers validated.
-  static void store(KVCache& c, int64_t seq, int64_t head, int64_t pos, int64_t count, const float* k, int64_t k_stride,
-                    const float* v, int64_t v_stride);
+  /// Writes `count` tokens' K and V rows (head_dim elements of type `src` each, k_stride / v_stride
+  /// elements apart) of kv head `head` at `pos` on, converted to the storage type. No checks:
+  /// callers validated.
+  static void store(KVCache& c, int64_t seq, int64_t head, int64_t pos, int64_t count, const void* k, int64_t k_stride,
+                    const void* v, int64_t v_stride, kernels::KvType src);
 };
 
 }  // namespace attend::detail

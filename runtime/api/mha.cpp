@@ -240,7 +240,7 @@ struct MultiHeadAttention::Impl {
       for (int64_t h = 0; h < hkv; ++h)
         detail::KVCacheAccess::store(cache, seqs[static_cast<size_t>(b)], h, 0, tokens,
                                      p.k + b * tokens * p.ldkv + h * hd, p.ldkv, p.v + b * tokens * p.ldkv + h * hd,
-                                     p.ldkv);
+                                     p.ldkv, kernels::KvType::f32);
   }
 };
 

@@ -250,6 +250,7 @@ void PagedKVCache::append(int64_t seq, const TensorView& k, const TensorView& v)
                           detail::dims(k.shape()) + ", v " + detail::dims(v.shape()));
   }
   if (k.dim(2) != v.dim(2)) Impl::fail(who, "k has " + detail::dims(k.shape()) + " but v " + detail::dims(v.shape()));
+  detail::check_dtype(who, "v", v, &k, "k");
   const SequenceChunk chunk{seq, k.dim(2)};
   detail::PagedStep step(who, *this, std::span<const SequenceChunk>(&chunk, 1), k.dim(2));
   step.append(k, v, 1);
@@ -370,9 +371,8 @@ void PagedStep::store(const TensorView& k, const TensorView& v, int threads) {
       const int64_t pos = s.lengths[i] + t;
       const int64_t count = std::min(chunks_[i].tokens - t, bt - pos % bt);
       const int64_t tok = first + t;
-      c.store.store(q.blocks[static_cast<size_t>(pos / bt)], h, pos % bt, count,
-                    k.data() + h * k.stride(1) + tok * k.stride(2), k.stride(2),
-                    v.data() + h * v.stride(1) + tok * v.stride(2), v.stride(2));
+      c.store.store(q.blocks[static_cast<size_t>(pos / bt)], h, pos % bt, count, element_at(k, 0, h, tok), k.stride(2),
+                    element_at(v, 0, h, tok), v.stride(2), elem_type(k.dtype()));
       t += count;
     }
   };
@@ -390,6 +390,8 @@ void PagedStep::attend(const TensorView& q, const TensorView& o, float scale, in
   p.o_head_stride = o.stride(1);
   p.o_row_stride = o.stride(2);
   p.kv_type = c.store.kv_type();
+  p.q_type = elem_type(q.dtype());
+  p.o_type = elem_type(o.dtype());
   p.k_blocked = true;
   p.k_head_stride = p.v_head_stride = c.store.head_stride();
   p.k_row_stride = p.v_row_stride = c.config.head_dim;
@@ -400,8 +402,8 @@ void PagedStep::attend(const TensorView& q, const TensorView& o, float scale, in
   p.scale = scale;
   for (size_t i = 0; i < chunks_.size(); ++i) {
     exec::BatchEntry& e = p.entries[i];
-    e.q = q.data() + s.offsets[i] * q.stride(2);
-    e.o = o.mutable_data() + s.offsets[i] * o.stride(2);
+    e.q = element_at(q, 0, 0, s.offsets[i]);
+    e.o = mutable_element_at(o, 0, 0, s.offsets[i]);
     e.k = c.store.keys(0);
     e.v = c.store.values(0);
     e.pages = s.seqs[i]->blocks.data();

@@ -31,7 +31,7 @@ class ATTEND_INTERNAL PagedStep {
   /// Takes the blocks the chunks need (ErrorCode::capacity with Error::blocks_missing, nothing
   /// changed, if the pool is short) and copies shared partial last blocks. Nothing throws after it.
   void take_blocks();
-  /// Stores k and v ([1, kv_heads, T, head_dim] f32, validated by the caller) in the blocks taken
+  /// Stores k and v ([1, kv_heads, T, head_dim], one dtype, validated by the caller) in the blocks taken
   /// and sets the new lengths.
   void store(const TensorView& k, const TensorView& v, int threads);
   /// take_blocks, then store.

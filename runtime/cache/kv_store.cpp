@@ -20,20 +20,52 @@ kernels::KvType kv_type_of(DType t) {
   return kernels::KvType::f32;
 }
 
-template <class Convert>
-void store_rows(uint16_t* k, uint16_t* v, int64_t index, int64_t count, int64_t hd, const float* ks, int64_t k_stride,
-                const float* vs, int64_t v_stride, Convert convert) {
+// Source elements (an f32, bf16 or f16 tensor) as f32.
+struct FromF32 {
+  static float get(const void* p, int64_t i) { return static_cast<const float*>(p)[i]; }
+};
+struct FromBf16 {
+  static float get(const void* p, int64_t i) { return numeric::from_bf16(static_cast<const uint16_t*>(p)[i]); }
+};
+struct FromF16 {
+  static float get(const void* p, int64_t i) { return numeric::from_f16(static_cast<const uint16_t*>(p)[i]); }
+};
+
+// Token t's K row of head_dim source elements at ks + t·k_stride is written to blocked K at
+// in-page position index + t, its V row to row index + t, each element through `convert`.
+template <class Src, class Dst, class Convert>
+void store_rows(Dst* k, Dst* v, int64_t index, int64_t count, int64_t hd, const void* ks, int64_t k_stride,
+                const void* vs, int64_t v_stride, int64_t src_bytes, Convert convert) {
   constexpr int64_t kb = kernels::kKeyBlock;
   for (int64_t t = 0; t < count; ++t) {
     const int64_t pos = index + t;
-    uint16_t* kd = k + (pos / kb) * kb * hd + pos % kb;
-    uint16_t* vd = v + pos * hd;
-    const float* kr = ks + t * k_stride;
-    const float* vr = vs + t * v_stride;
+    Dst* kd = k + (pos / kb) * kb * hd + pos % kb;
+    Dst* vd = v + pos * hd;
+    const void* kr = static_cast<const char*>(ks) + t * k_stride * src_bytes;
+    const void* vr = static_cast<const char*>(vs) + t * v_stride * src_bytes;
     for (int64_t d = 0; d < hd; ++d) {
-      kd[d * kb] = convert(kr[d]);
-      vd[d] = convert(vr[d]);
+      kd[d * kb] = convert(Src::get(kr, d));
+      vd[d] = convert(Src::get(vr, d));
     }
+  }
+}
+
+template <class Src>
+void store_typed(kernels::KvType storage, unsigned char* kp, unsigned char* vp, int64_t index, int64_t count,
+                 int64_t hd, const void* k, int64_t k_stride, const void* v, int64_t v_stride, int64_t src_bytes) {
+  switch (storage) {
+    case kernels::KvType::f32:
+      store_rows<Src>(reinterpret_cast<float*>(kp), reinterpret_cast<float*>(vp), index, count, hd, k, k_stride, v,
+                      v_stride, src_bytes, [](float x) { return x; });
+      break;
+    case kernels::KvType::bf16:
+      store_rows<Src>(reinterpret_cast<uint16_t*>(kp), reinterpret_cast<uint16_t*>(vp), index, count, hd, k, k_stride,
+                      v, v_stride, src_bytes, [](float x) { return numeric::to_bf16(x); });
+      break;
+    case kernels::KvType::f16:
+      store_rows<Src>(reinterpret_cast<uint16_t*>(kp), reinterpret_cast<uint16_t*>(vp), index, count, hd, k, k_stride,
+                      v, v_stride, src_bytes, [](float x) { return numeric::to_f16(x); });
+      break;
   }
 }
 }  // namespace
@@ -83,32 +115,20 @@ KvStore& KvStore::operator=(KvStore&& o) noexcept {
   return *this;
 }
 
-void KvStore::store(int64_t page, int64_t head, int64_t index, int64_t count, const float* k, int64_t k_stride,
-                    const float* v, int64_t v_stride) {
-  const int64_t hd = head_dim_;
+void KvStore::store(int64_t page, int64_t head, int64_t index, int64_t count, const void* k, int64_t k_stride,
+                    const void* v, int64_t v_stride, kernels::KvType src) {
   unsigned char* kp = keys_ + at(page, head);
   unsigned char* vp = values_ + at(page, head);
-  switch (kv_type_) {
-    case kernels::KvType::f32: {
-      constexpr int64_t kb = kernels::kKeyBlock;
-      float* kd = reinterpret_cast<float*>(kp);
-      float* vd = reinterpret_cast<float*>(vp);
-      for (int64_t t = 0; t < count; ++t) {
-        const int64_t pos = index + t;
-        float* kblock = kd + (pos / kb) * kb * hd + pos % kb;
-        const float* kr = k + t * k_stride;
-        for (int64_t d = 0; d < hd; ++d) kblock[d * kb] = kr[d];
-        std::memcpy(vd + pos * hd, v + t * v_stride, sizeof(float) * static_cast<size_t>(hd));
-      }
+  const int64_t bytes = kernels::kv_type_bytes(src);
+  switch (src) {
+    case kernels::KvType::f32:
+      store_typed<FromF32>(kv_type_, kp, vp, index, count, head_dim_, k, k_stride, v, v_stride, bytes);
       break;
-    }
     case kernels::KvType::bf16:
-      store_rows(reinterpret_cast<uint16_t*>(kp), reinterpret_cast<uint16_t*>(vp), index, count, hd, k, k_stride, v,
-                 v_stride, [](float x) { return numeric::to_bf16(x); });
+      store_typed<FromBf16>(kv_type_, kp, vp, index, count, head_dim_, k, k_stride, v, v_stride, bytes);
       break;
     case kernels::KvType::f16:
-      store_rows(reinterpret_cast<uint16_t*>(kp), reinterpret_cast<uint16_t*>(vp), index, count, hd, k, k_stride, v,
-                 v_stride, [](float x) { return numeric::to_f16(x); });
+      store_typed<FromF16>(kv_type_, kp, vp, index, count, head_dim_, k, k_stride, v, v_stride, bytes);
       break;
   }
 }

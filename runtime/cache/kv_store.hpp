@@ -40,10 +40,10 @@ class ATTEND_INTERNAL KvStore {
   const void* values(int64_t page) const { return values_ + at(page, 0); }
 
   /// Writes `count` tokens of kv head `head` at in-page index `index` on: token t's K row at
-  /// k + t·k_stride, V row at v + t·v_stride (head_dim f32 each), converted to the storage type
-  /// (round to nearest even).
-  void store(int64_t page, int64_t head, int64_t index, int64_t count, const float* k, int64_t k_stride, const float* v,
-             int64_t v_stride);
+  /// k + t·k_stride, V row at v + t·v_stride (head_dim elements of type `src` each, strides in
+  /// elements), converted to the storage type (round to nearest even).
+  void store(int64_t page, int64_t head, int64_t index, int64_t count, const void* k, int64_t k_stride, const void* v,
+             int64_t v_stride, kernels::KvType src);
   /// Copies the first `tokens` tokens of every head of page `from` to page `to`.
   void copy_page(int64_t from, int64_t to, int64_t tokens);
 

@@ -115,7 +115,8 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
   float* partial = s.partial_floats ? lease.get(detail::Slot::split_partials) : nullptr;
   float* scratch = lease.get(detail::Slot::tile_scratch);
   const int64_t Dv = pr.value_dim;
-  const size_t kv_elem = pr.kv_type == kernels::KvType::f32 ? 4 : 2;
+  const size_t kv_elem = static_cast<size_t>(kernels::kv_type_bytes(pr.kv_type));
+  const int64_t q_elem = kernels::kv_type_bytes(pr.q_type), o_elem = kernels::kv_type_bytes(pr.o_type);
 
   // Items entry by entry in schedule order; within an entry head-major, heaviest row block first
   // (causal rows late in the sequence see more keys), so both threads walk the same head's K/V
@@ -135,7 +136,8 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     const int64_t h0 = hkv * p.group;
 
     kernels::FlashWork w{};
-    w.q = e.q + h0 * pr.q_head_stride;
+    w.q = static_cast<const char*>(e.q) + h0 * pr.q_head_stride * q_elem;
+    w.q_type = pr.q_type;
     w.q_head_stride = pr.q_head_stride;
     w.q_row_stride = pr.q_row_stride;
     w.k = static_cast<const char*>(e.k) + static_cast<size_t>(hkv * pr.k_head_stride) * kv_elem;
@@ -166,7 +168,8 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     w.key_begin = std::min(e.num_keys, split * p.split_keys);
     w.key_end = std::min(e.num_keys, w.key_begin + p.split_keys);
     w.scale = pr.scale;
-    w.o = e.o + h0 * pr.o_head_stride;
+    w.o = static_cast<char*>(e.o) + h0 * pr.o_head_stride * o_elem;
+    w.o_type = pr.o_type;
     w.o_head_stride = pr.o_head_stride;
     w.o_row_stride = pr.o_row_stride;
     if (p.key_splits > 1) {
@@ -198,7 +201,8 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     a.rows = p.group_rows;
     a.value_dim = Dv;
     a.group = p.group;
-    a.o = e.o + hkv * p.group * pr.o_head_stride;
+    a.o = static_cast<char*>(e.o) + hkv * p.group * pr.o_head_stride * o_elem;
+    a.o_type = pr.o_type;
     a.o_head_stride = pr.o_head_stride;
     a.o_row_stride = pr.o_row_stride;
     kernels::merge_key_splits(a);

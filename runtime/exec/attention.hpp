@@ -14,10 +14,10 @@ namespace attend::exec {
 /// One sequence of the job: a batch entry of sdpa or a slot cache call, a chunk of a paged call.
 /// Its tensors start at head 0.
 struct BatchEntry {
-  const float* q;
+  const void* q;  // elements of Problem::q_type
   const void* k;  // elements of Problem::kv_type (paged: this sequence's keys in pool page 0)
   const void* v;
-  float* o;
+  void* o;               // elements of Problem::o_type
   const float* bias;     // (b, head 0) of the bias, or null
   const int32_t* pages;  // paged K/V: the sequence's pool pages (kernels::FlashWork::pages), or null
   int64_t num_queries;   // Nq of this entry
@@ -27,11 +27,12 @@ struct BatchEntry {
 
 struct Problem {
   int64_t q_heads = 0, kv_heads = 0, head_dim = 0, value_dim = 0;
-  // Element strides (heads, rows); K/V strides count elements of kv_type.
+  // Element strides (heads, rows), counting elements of q_type, kv_type and o_type.
   int64_t q_head_stride = 0, q_row_stride = 0, k_head_stride = 0, k_row_stride = 0;
   int64_t v_head_stride = 0, v_row_stride = 0, o_head_stride = 0, o_row_stride = 0;
   int64_t bias_head_stride = 0, bias_row_stride = 0, bias_key_stride = 0;
   kernels::KvType kv_type = kernels::KvType::f32;
+  kernels::KvType q_type = kernels::KvType::f32, o_type = kernels::KvType::f32;
   bool k_blocked = false;                    // K in the blocked layout of a KV cache (kernels::FlashWork::k_blocked)
   int64_t page_tokens = 0, page_stride = 0;  // paged entries (kernels::FlashWork)
   bool causal = false;

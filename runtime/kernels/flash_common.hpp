@@ -27,8 +27,15 @@ struct RowMap {
   const FlashWork* w;
   int64_t position(int64_t r) const { return (w->row_begin + r) / w->group; }
   int64_t head(int64_t r) const { return (w->row_begin + r) % w->group; }
-  const float* q(int64_t r) const { return w->q + head(r) * w->q_head_stride + position(r) * w->q_row_stride; }
-  float* o(int64_t r) const { return w->o + head(r) * w->o_head_stride + position(r) * w->o_row_stride; }
+  // Row r's Q (elements of w->q_type) and O (elements of w->o_type).
+  const void* q(int64_t r) const {
+    return static_cast<const char*>(w->q) +
+           (head(r) * w->q_head_stride + position(r) * w->q_row_stride) * kv_type_bytes(w->q_type);
+  }
+  void* o(int64_t r) const {
+    return static_cast<char*>(w->o) +
+           (head(r) * w->o_head_stride + position(r) * w->o_row_stride) * kv_type_bytes(w->o_type);
+  }
   const float* bias(int64_t r) const {
     return w->bias + head(r) * w->bias_head_stride + position(r) * w->bias_row_stride;
   }
@@ -47,8 +54,6 @@ struct RowMap {
 template <class Arch>
 void write_rows(const FlashWork& w, const RowMap& rows, const float* oacc, int64_t ldo, const float* m,
                 const float* l) {
-  using B = vfloat<Arch>;
-  constexpr int W = B::size;
   const int64_t dv = w.value_dim;
   for (int64_t r = 0; r < w.row_count; ++r) {
     const float* src = oacc + r * ldo;
@@ -61,10 +66,7 @@ void write_rows(const FlashWork& w, const RowMap& rows, const float* oacc, int64
     // A row with no visible key has l == 0: it outputs zeros (documented), never 0/0. A NaN sum
     // (a NaN logit or value the row saw) stays NaN.
     const float inv = l[r] == 0.0f ? 0.0f : 1.0f / l[r];
-    float* dst = rows.o(r);
-    int64_t d = 0;
-    for (; d + W <= dv; d += W) (B::load_aligned(src + d) * B(inv)).store_unaligned(dst + d);
-    for (; d < dv; ++d) dst[d] = src[d] * inv;
+    store_row<Arch>(rows.o(r), w.o_type, src, inv, dv);
   }
 }
 
@@ -166,9 +168,8 @@ void pv_runs(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alph
 }
 
 // Scratch layout, in floats, each part 64-byte aligned.
-// Scratch layout, in floats, each part 64-byte aligned.
 struct Layout {
-  int64_t qt, st, oacc, kpanel, vpanel, m, l, alpha, ones, lo, hi, colmax, zeros, total;
+  int64_t qt, st, oacc, kpanel, vpanel, m, l, alpha, ones, lo, hi, colmax, zeros, qstage, total;
 };
 
 template <class Arch>
@@ -199,6 +200,7 @@ Layout make_layout(int64_t head_dim, int64_t value_dim, int64_t rows) {
   s.hi = take(rows_p);
   s.colmax = take(rows_p);
   s.zeros = take(dp);
+  s.qstage = take(W * head_dim);  // W rows of a 16-bit Q widened before the transpose
   s.total = at;
   return s;
 }

@@ -62,13 +62,13 @@ inline NarrowHead narrow_head(float* scratch, const Layout& L) {
   return {scratch + L.qt, scratch + L.oacc, scratch + L.m, scratch + L.l, scratch + L.st, scratch + L.alpha};
 }
 
-inline void narrow_init(const FlashWork& w, const NarrowRows& R, const NarrowHead& h) {
+template <class Arch>
+void narrow_init(const FlashWork& w, const NarrowRows& R, const NarrowHead& h) {
   const RowMap rows{&w};
   for (int64_t r = 0; r < R.nr; ++r) {
     h.m[r] = kNegInf;
     h.l[r] = 0.0f;
-    const float* q = rows.q(r);
-    for (int64_t d = 0; d < R.depth; ++d) h.qn[r * R.depth + d] = q[d] * w.scale;
+    row_to_f32<Arch>(rows.q(r), w.q_type, R.depth, w.scale, h.qn + r * R.depth);
   }
   for (int64_t r = R.nr; r < R.row_pack; ++r) std::memset(h.qn + r * R.depth, 0, sizeof(float) * R.depth);
   std::memset(h.oacc, 0, sizeof(float) * R.nr * R.dvp);
@@ -192,7 +192,7 @@ void flash_narrow(const FlashWork& w, float* scratch) {
   const Layout L = make_layout<Arch>(w.head_dim, w.value_dim, R.nr);
   const NarrowShared sh = narrow_shared<Arch>(scratch, L, R.depth, R.nr);
   const NarrowHead h = narrow_head(scratch, L);
-  narrow_init(w, R, h);
+  narrow_init<Arch>(w, R, h);
   const KvSource<E> src(w);
   // Blocked K: the addresses of a tile's blocks and of the next blocks (prefetched while scoring).
   const E* blk[ldsn / kKeyBlock + kMaxBlockedGroup];

@@ -123,7 +123,17 @@ void flash_wide(const FlashWork& w, float* scratch) {
   }
   for (int64_t r0 = 0; r0 < ldr; r0 += W) {
     const float* src[W];
-    for (int i = 0; i < W; ++i) src[i] = r0 + i < nr ? rows.q(r0 + i) : nullptr;
+    for (int i = 0; i < W; ++i) {
+      src[i] = nullptr;
+      if (r0 + i >= nr) continue;
+      if (w.q_type == KvType::f32) {
+        src[i] = static_cast<const float*>(rows.q(r0 + i));
+      } else {  // 16-bit Q: W rows widened into the staging panel, then transposed like f32 rows
+        float* staged = scratch + L.qstage + i * depth;
+        row_to_f32<Arch>(rows.q(r0 + i), w.q_type, depth, 1.0f, staged);
+        src[i] = staged;
+      }
+    }
     transpose_rows_scaled<Arch>(src, depth, w.scale, qt + r0, ldr);
   }
   std::memset(oacc, 0, sizeof(float) * ldr * dvp);

@@ -8,9 +8,12 @@
 
 namespace attend::kernels {
 
-/// Element type of K and V. bf16 and f16 (a KV cache's storage) are converted to f32 as they are
-/// loaded; all arithmetic is f32.
+/// Element type of Q, K, V and O. bf16 and f16 (16-bit tensors, a KV cache's storage) are converted
+/// to f32 as they are loaded and rounded (to nearest even) as O is stored; arithmetic is f32.
 enum class KvType : int { f32, bf16, f16 };
+
+/// Bytes per element of `t`.
+constexpr int64_t kv_type_bytes(KvType t) { return t == KvType::f32 ? 4 : 2; }
 
 /// Keys per block of a blocked K layout (see FlashWork::k_blocked); fixed for every ISA so a KV
 /// cache's storage does not depend on the kernel that reads it.
@@ -23,9 +26,11 @@ constexpr int64_t kKeyBlock = 16;
 /// rows [row_begin, row_begin + row_count). Stacking the group's heads lets each K/V byte be read
 /// once per group (GQA) and turns decode (Nq = 1) into a G-row problem.
 struct FlashWork {
-  // Q for (b, first head of the group): element (g, i, d) at q[g*q_head_stride + i*q_row_stride + d].
-  const float* q;
+  // Q for (b, first head of the group), elements of `q_type`: element (g, i, d) at
+  // q[g*q_head_stride + i*q_row_stride + d].
+  const void* q;
   int64_t q_head_stride, q_row_stride;
+  KvType q_type;
   // K and V of (b, kv head), elements of `kv_type`: key j at k[j*k_row_stride + d], v[j*v_row_stride + d].
   // Blocked K (a KV cache's layout): keys in blocks of kKeyBlock, each stored [D][kKeyBlock], so key
   // j's element d is at k[(j / kKeyBlock)·kKeyBlock·D + d·kKeyBlock + j % kKeyBlock] and k_row_stride
@@ -67,11 +72,12 @@ struct FlashWork {
 
   float scale;  // multiplies Q·Kᵀ (folded into Q once)
 
-  // Output. Final: o[g*o_head_stride + i*o_row_stride + d], normalised.
+  // Output, elements of `o_type`. Final: o[g*o_head_stride + i*o_row_stride + d], normalised.
   // Partial (split-K): per row r of the block, partial_ml[2*r] = running max of the scores,
-  // partial_ml[2*r+1] = sum, partial_acc[r*value_dim + d] = unnormalised accumulator.
-  float* o;
+  // partial_ml[2*r+1] = sum, partial_acc[r*value_dim + d] = unnormalised accumulator (f32).
+  void* o;
   int64_t o_head_stride, o_row_stride;
+  KvType o_type;
   float* partial_ml;
   float* partial_acc;
 };

@@ -4,15 +4,19 @@
 
 #include <cstdint>
 
+#include "kernel_table.hpp"
+
 namespace attend::kernels {
 
 struct SplitMergeArgs {
   // [split][rows × value_dim accumulators, then rows × (max, sum) pairs], `split_floats` apart.
   const float* partial;
   int64_t splits, rows, value_dim, group;
-  // Stacked row r is query position r / group of head r % group: o[g·o_head_stride + i·o_row_stride].
-  float* o;
+  // Stacked row r is query position r / group of head r % group: o[g·o_head_stride + i·o_row_stride],
+  // elements of o_type.
+  void* o;
   int64_t o_head_stride, o_row_stride;
+  KvType o_type;
 };
 
 /// O = Σ_c e^(m_c − M)·acc_c / Σ_c e^(m_c − M)·l_c, merged in split order (fixed, so the result does

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "../../numeric/convert.hpp"
+#include "../kernel_table.hpp"
 #include "arch.hpp"
 
 namespace attend::kernels {
@@ -120,6 +122,89 @@ inline vfloat<Arch> load_float(const Bf16* p) {
 template <class Arch>
 inline vfloat<Arch> load_float(const F16* p) {
   return load_f16<Arch>(p, Arch{});
+}
+
+// f32 → bf16/f16, round to nearest even (NaN stays NaN, f16 overflow becomes ±inf): O of a 16-bit
+// output, stored once per row.
+inline uint16_t from_float_bits(float x, KvType t) {
+  return t == KvType::bf16 ? numeric::to_bf16(x) : numeric::to_f16(x);
+}
+
+// n elements of type t at p (16-bit: their bit patterns), times `scale`, as f32 at out.
+template <class Arch>
+inline void row_to_f32(const void* p, KvType t, int64_t n, float scale, float* out) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  int64_t d = 0;
+  switch (t) {
+    case KvType::f32: {
+      const float* s = static_cast<const float*>(p);
+      for (; d + W <= n; d += W) (B::load_unaligned(s + d) * B(scale)).store_unaligned(out + d);
+      for (; d < n; ++d) out[d] = s[d] * scale;
+      return;
+    }
+    case KvType::bf16: {
+      const Bf16* s = static_cast<const Bf16*>(p);
+      for (; d + W <= n; d += W) (load_float<Arch>(s + d) * B(scale)).store_unaligned(out + d);
+      for (; d < n; ++d) out[d] = to_float(s[d]) * scale;
+      return;
+    }
+    case KvType::f16: {
+      const F16* s = static_cast<const F16*>(p);
+      for (; d + W <= n; d += W) (load_float<Arch>(s + d) * B(scale)).store_unaligned(out + d);
+      for (; d < n; ++d) out[d] = to_float(s[d]) * scale;
+      return;
+    }
+  }
+}
+
+// One vector of f32 stored as W elements of the 16-bit type t (round to nearest even).
+template <class Arch>
+inline void store_16(uint16_t* dst, vfloat<Arch> x, KvType t, requires_arch<xsimd::generic>) {
+  alignas(64) float tmp[vfloat<Arch>::size];
+  x.store_aligned(tmp);
+  for (int i = 0; i < static_cast<int>(vfloat<Arch>::size); ++i) dst[i] = from_float_bits(tmp[i], t);
+}
+#if defined(__AVX512F__)
+template <class Arch>
+inline void store_16(uint16_t* dst, vfloat<Arch> x, KvType t, requires_arch<xsimd::avx512f>) {
+  __m256i h;
+  if (t == KvType::f16) {
+    h = _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  } else {  // the integer rounding of numeric::to_bf16, NaN quietened
+    const __m512i b = _mm512_castps_si512(x);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7fff)), odd), 16);
+    const __m512i nan = _mm512_or_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(0x40));
+    const __mmask16 is_nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    h = _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(r, is_nan, nan));
+  }
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), h);
+}
+#endif
+#if defined(__AVX2__) && defined(__F16C__)
+template <class Arch>
+inline void store_16(uint16_t* dst, vfloat<Arch> x, KvType t, requires_arch<xsimd::avx2>) {
+  if (t != KvType::f16) return store_16<Arch>(dst, x, t, xsimd::generic{});
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(dst), _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+#endif
+
+// dst[d] = src[d] · mul for d < n, stored as type t.
+template <class Arch>
+inline void store_row(void* dst, KvType t, const float* src, float mul, int64_t n) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  int64_t d = 0;
+  if (t == KvType::f32) {
+    float* o = static_cast<float*>(dst);
+    for (; d + W <= n; d += W) (B::load_unaligned(src + d) * B(mul)).store_unaligned(o + d);
+    for (; d < n; ++d) o[d] = src[d] * mul;
+    return;
+  }
+  uint16_t* o = static_cast<uint16_t*>(dst);
+  for (; d + W <= n; d += W) store_16<Arch>(o + d, B::load_unaligned(src + d) * B(mul), t, Arch{});
+  for (; d < n; ++d) o[d] = from_float_bits(src[d] * mul, t);
 }
 
 }  // namespace
