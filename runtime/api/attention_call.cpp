@@ -68,6 +68,8 @@ void check_dtype(const char* who, const char* name, const TensorView& t, const T
                  const char* like_name) {
   if (dtype_size(t.dtype()) == 0)
     fail(who, std::string(name) + " has an unknown dtype (" + std::to_string(static_cast<int>(t.dtype())) + ")");
+  if (t.dtype() == DType::i8)
+    fail(who, std::string(name) + " is i8: i8 is a KV-cache storage type; tensors are f32, bf16 or f16");
   if (like && t.dtype() != like->dtype())
     fail(who, std::string(name) + " is " + dtype_name(t.dtype()) + " but " + like_name + " is " +
                   dtype_name(like->dtype()) + " (they must have one dtype)");
@@ -219,6 +221,7 @@ exec::Problem build_problem(const AttentionCall& call, const Checked& s) {
     p.k_head_stride = p.v_head_stride = KVCacheAccess::head_stride(cache);
     p.k_row_stride = p.v_row_stride = s.D;
     p.k_blocked = true;
+    p.scale_head_stride = p.k_head_stride / s.D;
     for (int64_t b = 0; b < s.B; ++b) {
       const int64_t seq = call.seqs[static_cast<size_t>(b)];
       exec::BatchEntry& e = p.entries[static_cast<size_t>(b)];
@@ -226,6 +229,8 @@ exec::Problem build_problem(const AttentionCall& call, const Checked& s) {
       e.o = mutable_element_at(o, b);
       e.k = KVCacheAccess::keys(cache, seq);
       e.v = KVCacheAccess::values(cache, seq);
+      e.k_scale = KVCacheAccess::key_scales(cache, seq);
+      e.v_scale = KVCacheAccess::value_scales(cache, seq);
       e.bias = nullptr;
       e.pages = nullptr;
       e.num_queries = s.Nq;

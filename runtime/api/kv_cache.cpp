@@ -18,6 +18,7 @@ const char* dtype_name(DType t) {
     case DType::f32: return "f32";
     case DType::bf16: return "bf16";
     case DType::f16: return "f16";
+    case DType::i8: return "i8";
   }
   return "unknown";
 }
@@ -40,6 +41,7 @@ KVCache::KVCache(const KVCacheConfig& c) : impl_(std::make_unique<Impl>()) {
     fail("kv_heads, head_dim, slots and capacity must be > 0 (got " + std::to_string(c.kv_heads) + ", " +
          std::to_string(c.head_dim) + ", " + std::to_string(c.slots) + ", " + std::to_string(c.capacity) + ")");
   if (c.capacity >= (int64_t{1} << 24)) fail("capacity must be below 2^24 tokens");
+  if (dtype_size(c.dtype) == 0) fail("unknown dtype " + std::to_string(static_cast<int>(c.dtype)));
   impl_->config = c;
   const int64_t stored = (c.capacity + kernels::kKeyBlock - 1) / kernels::kKeyBlock * kernels::kKeyBlock;
   impl_->store = detail::KvStore(c.dtype, c.kv_heads, c.head_dim, stored, c.slots);
@@ -122,6 +124,8 @@ kernels::KvType KVCacheAccess::kv_type(const KVCache& c) { return c.impl_->store
 int64_t KVCacheAccess::head_stride(const KVCache& c) { return c.impl_->store.head_stride(); }
 const void* KVCacheAccess::keys(const KVCache& c, int64_t seq) { return c.impl_->store.keys(seq); }
 const void* KVCacheAccess::values(const KVCache& c, int64_t seq) { return c.impl_->store.values(seq); }
+const float* KVCacheAccess::key_scales(const KVCache& c, int64_t seq) { return c.impl_->store.key_scales(seq); }
+const float* KVCacheAccess::value_scales(const KVCache& c, int64_t seq) { return c.impl_->store.value_scales(seq); }
 int64_t KVCacheAccess::length(const KVCache& c, int64_t seq) { return c.impl_->lengths[static_cast<size_t>(seq)]; }
 std::atomic<int>& KVCacheAccess::use_state(const KVCache& c) { return c.impl_->use; }
 void KVCacheAccess::set_length(KVCache& c, int64_t seq, int64_t length) {

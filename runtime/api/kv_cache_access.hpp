@@ -18,6 +18,10 @@ struct ATTEND_INTERNAL KVCacheAccess {
   static int64_t head_stride(const KVCache& c);
   static const void* keys(const KVCache& c, int64_t seq);
   static const void* values(const KVCache& c, int64_t seq);
+  /// i8: the K / V scales of `seq`, kv head 0 (one per token; heads head_stride()/head_dim apart);
+  /// null for other types.
+  static const float* key_scales(const KVCache& c, int64_t seq);
+  static const float* value_scales(const KVCache& c, int64_t seq);
   static void set_length(KVCache& c, int64_t seq, int64_t length);
   /// Tokens of `seq` (no range check: callers validated).
   static int64_t length(const KVCache& c, int64_t seq);

@@ -259,8 +259,9 @@ MultiHeadAttention::MultiHeadAttention(const MhaConfig& config, const MhaWeights
   if (c.head_dim < 0) fail("head_dim must be > 0");
   if (c.rope && c.head_dim % 2 != 0) fail("rope needs an even head_dim, got " + str(c.head_dim));
   if (c.rope && !(c.rope_theta > 0.0 && std::isfinite(c.rope_theta))) fail("rope_theta must be positive and finite");
-  if (c.weight_dtype == DType::f16)
-    throw Error(ErrorCode::unsupported, "MultiHeadAttention: f16 weights are not supported (use f32 or bf16)");
+  if (c.weight_dtype != DType::f32 && c.weight_dtype != DType::bf16)
+    throw Error(ErrorCode::unsupported, std::string("MultiHeadAttention: ") + dtype_name(c.weight_dtype) +
+                                            " weights are not supported (use f32 or bf16)");
   if (!w.q || !w.k || !w.v || !w.o) fail("weights q, k, v and o are required");
   if (c.bias && (!w.q_bias || !w.k_bias || !w.v_bias || !w.o_bias)) fail("config.bias needs all four biases");
   if (!c.bias && (w.q_bias || w.k_bias || w.v_bias || w.o_bias)) fail("biases given but config.bias is false");

@@ -131,8 +131,7 @@ PagedKVCache::PagedKVCache(const PagedKVCacheConfig& c) : impl_(std::make_unique
   if (c.block_tokens % kernels::kKeyBlock != 0)
     Impl::fail(who, "block_tokens must be a multiple of 16, got " + str(c.block_tokens));
   if (c.num_blocks >= (int64_t{1} << 31)) Impl::fail(who, "num_blocks must be below 2^31");
-  if (c.dtype != DType::f32 && c.dtype != DType::bf16 && c.dtype != DType::f16)
-    Impl::fail(who, "unknown dtype " + str(static_cast<int64_t>(c.dtype)));
+  if (dtype_size(c.dtype) == 0) Impl::fail(who, "unknown dtype " + str(static_cast<int64_t>(c.dtype)));
   Impl& s = *impl_;
   s.config = c;
   // Head-major: a kv head's blocks are adjacent, so blocks a sequence takes together (a prompt
@@ -397,6 +396,7 @@ void PagedStep::attend(const TensorView& q, const TensorView& o, float scale, in
   p.k_row_stride = p.v_row_stride = c.config.head_dim;
   p.page_tokens = c.bt();
   p.page_stride = c.store.page_stride();
+  p.scale_head_stride = p.k_head_stride / c.config.head_dim;
   p.causal = true;
   p.window = window;
   p.scale = scale;
@@ -406,6 +406,8 @@ void PagedStep::attend(const TensorView& q, const TensorView& o, float scale, in
     e.o = mutable_element_at(o, 0, 0, s.offsets[i]);
     e.k = c.store.keys(0);
     e.v = c.store.values(0);
+    e.k_scale = c.store.key_scales(0);
+    e.v_scale = c.store.value_scales(0);
     e.pages = s.seqs[i]->blocks.data();
   }
   exec::run_attention(p, table, lease);

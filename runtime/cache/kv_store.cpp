@@ -15,6 +15,7 @@ kernels::KvType kv_type_of(DType t) {
   switch (t) {
     case DType::bf16: return kernels::KvType::bf16;
     case DType::f16: return kernels::KvType::f16;
+    case DType::i8: return kernels::KvType::i8;
     case DType::f32: break;
   }
   return kernels::KvType::f32;
@@ -50,6 +51,25 @@ void store_rows(Dst* k, Dst* v, int64_t index, int64_t count, int64_t hd, const 
   }
 }
 
+// i8: each token's K row and V row quantised with its own scale (numeric::quantize_i8), read from
+// the source twice instead of staged (an append allocates nothing).
+template <class Src>
+void store_rows_i8(int8_t* k, int8_t* v, float* k_scales, float* v_scales, int64_t index, int64_t count, int64_t hd,
+                   const void* ks, int64_t k_stride, const void* vs, int64_t v_stride, int64_t src_bytes) {
+  constexpr int64_t kb = kernels::kKeyBlock;
+  for (int64_t t = 0; t < count; ++t) {
+    const int64_t pos = index + t;
+    const void* kr = static_cast<const char*>(ks) + t * k_stride * src_bytes;
+    const void* vr = static_cast<const char*>(vs) + t * v_stride * src_bytes;
+    int8_t* kd = k + (pos / kb) * kb * hd + pos % kb;
+    int8_t* vd = v + pos * hd;
+    k_scales[pos] = numeric::quantize_i8(
+        hd, [kr](int64_t d) { return Src::get(kr, d); }, [kd](int64_t d, int8_t q) { kd[d * kb] = q; });
+    v_scales[pos] = numeric::quantize_i8(
+        hd, [vr](int64_t d) { return Src::get(vr, d); }, [vd](int64_t d, int8_t q) { vd[d] = q; });
+  }
+}
+
 template <class Src>
 void store_typed(kernels::KvType storage, unsigned char* kp, unsigned char* vp, int64_t index, int64_t count,
                  int64_t hd, const void* k, int64_t k_stride, const void* v, int64_t v_stride, int64_t src_bytes) {
@@ -66,6 +86,7 @@ void store_typed(kernels::KvType storage, unsigned char* kp, unsigned char* vp, 
       store_rows<Src>(reinterpret_cast<uint16_t*>(kp), reinterpret_cast<uint16_t*>(vp), index, count, hd, k, k_stride,
                       v, v_stride, src_bytes, [](float x) { return numeric::to_f16(x); });
       break;
+    case kernels::KvType::i8: break;  // (store_rows_i8, with the scales)
   }
 }
 }  // namespace
@@ -77,30 +98,35 @@ KvStore::KvStore(DType dtype, int64_t kv_heads, int64_t head_dim, int64_t page_t
       head_dim_(head_dim),
       page_tokens_(page_tokens),
       pages_(pages),
-      element_bytes_(dtype == DType::f32 ? 4 : 2) {
+      element_bytes_(dtype_size(dtype)) {
   half_bytes_ = static_cast<size_t>(kv_heads * pages * page_elems()) * element_bytes_;
+  if (dtype == DType::i8) scale_bytes_ = static_cast<size_t>(kv_heads * pages * page_tokens) * sizeof(float);
   if (half_bytes_ == 0) return;
-  void* p = mmap(nullptr, 2 * half_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* p = mmap(nullptr, bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
 #if defined(MADV_HUGEPAGE)
   // Transparent huge pages where the system allows them on request (Debian's default is
   // "madvise"): decode walks every sequence's pages, and a paged cache's are scattered through the
   // pool, so with 4 KB pages each page of a sequence costs a TLB miss.
-  madvise(p, 2 * half_bytes_, MADV_HUGEPAGE);
+  madvise(p, bytes(), MADV_HUGEPAGE);
 #endif
   keys_ = static_cast<unsigned char*>(p);
   values_ = keys_ + half_bytes_;
+  if (scale_bytes_) {  // (2·half_bytes_ is a multiple of 16 tokens' bytes: the floats are aligned)
+    k_scales_ = reinterpret_cast<float*>(keys_ + 2 * half_bytes_);
+    v_scales_ = reinterpret_cast<float*>(keys_ + 2 * half_bytes_ + scale_bytes_);
+  }
 }
 
 KvStore::~KvStore() {
-  if (keys_) munmap(keys_, 2 * half_bytes_);
+  if (keys_) munmap(keys_, bytes());
 }
 
 KvStore::KvStore(KvStore&& o) noexcept { *this = std::move(o); }
 
 KvStore& KvStore::operator=(KvStore&& o) noexcept {
   if (this == &o) return *this;
-  if (keys_) munmap(keys_, 2 * half_bytes_);
+  if (keys_) munmap(keys_, bytes());
   kv_type_ = o.kv_type_;
   kv_heads_ = o.kv_heads_;
   head_dim_ = o.head_dim_;
@@ -109,9 +135,13 @@ KvStore& KvStore::operator=(KvStore&& o) noexcept {
   element_bytes_ = o.element_bytes_;
   head_major_ = o.head_major_;
   half_bytes_ = o.half_bytes_;
+  scale_bytes_ = o.scale_bytes_;
   keys_ = std::exchange(o.keys_, nullptr);
   values_ = std::exchange(o.values_, nullptr);
+  k_scales_ = std::exchange(o.k_scales_, nullptr);
+  v_scales_ = std::exchange(o.v_scales_, nullptr);
   o.half_bytes_ = 0;
+  o.scale_bytes_ = 0;
   return *this;
 }
 
@@ -120,6 +150,21 @@ void KvStore::store(int64_t page, int64_t head, int64_t index, int64_t count, co
   unsigned char* kp = keys_ + at(page, head);
   unsigned char* vp = values_ + at(page, head);
   const int64_t bytes = kernels::kv_type_bytes(src);
+  if (kv_type_ == kernels::KvType::i8) {
+    int8_t* kq = reinterpret_cast<int8_t*>(kp);
+    int8_t* vq = reinterpret_cast<int8_t*>(vp);
+    float* ks = k_scales_ + scale_at(page, head);
+    float* vs = v_scales_ + scale_at(page, head);
+    switch (src) {
+      case kernels::KvType::f32:
+        return store_rows_i8<FromF32>(kq, vq, ks, vs, index, count, head_dim_, k, k_stride, v, v_stride, bytes);
+      case kernels::KvType::bf16:
+        return store_rows_i8<FromBf16>(kq, vq, ks, vs, index, count, head_dim_, k, k_stride, v, v_stride, bytes);
+      case kernels::KvType::f16:
+        return store_rows_i8<FromF16>(kq, vq, ks, vs, index, count, head_dim_, k, k_stride, v, v_stride, bytes);
+      case kernels::KvType::i8: return;  // (never a tensor's type)
+    }
+  }
   switch (src) {
     case kernels::KvType::f32:
       store_typed<FromF32>(kv_type_, kp, vp, index, count, head_dim_, k, k_stride, v, v_stride, bytes);
@@ -130,6 +175,7 @@ void KvStore::store(int64_t page, int64_t head, int64_t index, int64_t count, co
     case kernels::KvType::f16:
       store_typed<FromF16>(kv_type_, kp, vp, index, count, head_dim_, k, k_stride, v, v_stride, bytes);
       break;
+    case kernels::KvType::i8: break;  // (never a tensor's type)
   }
 }
 
@@ -142,6 +188,12 @@ void KvStore::copy_page(int64_t from, int64_t to, int64_t tokens) {
     const size_t src = at(from, h), dst = at(to, h);
     std::memcpy(keys_ + dst, keys_ + src, k_bytes);
     std::memcpy(values_ + dst, values_ + src, v_bytes);
+    if (k_scales_) {
+      std::memcpy(k_scales_ + scale_at(to, h), k_scales_ + scale_at(from, h),
+                  sizeof(float) * static_cast<size_t>(tokens));
+      std::memcpy(v_scales_ + scale_at(to, h), v_scales_ + scale_at(from, h),
+                  sizeof(float) * static_cast<size_t>(tokens));
+    }
   }
 }
 

@@ -32,12 +32,17 @@ class ATTEND_INTERNAL KvStore {
   int64_t head_stride() const { return head_major_ ? pages_ * page_elems() : page_elems(); }
   /// Elements between the same head's data in consecutive pages.
   int64_t page_stride() const { return head_major_ ? page_elems() : kv_heads_ * page_elems(); }
-  /// Bytes of K and V together.
-  size_t bytes() const { return 2 * half_bytes_; }
+  /// Bytes of K and V together (an i8 store's scales included).
+  size_t bytes() const { return 2 * half_bytes_ + 2 * scale_bytes_; }
 
   /// K (blocked) / V of kv head 0 of `page` (head h is h·head_stride() elements further).
   const void* keys(int64_t page) const { return keys_ + at(page, 0); }
   const void* values(int64_t page) const { return values_ + at(page, 0); }
+  /// i8: the K / V scales of kv head 0 of `page`, one per token (kernels::FlashWork::k_scale):
+  /// laid out like the V rows with one element per row, so head h's are h·head_stride()/head_dim
+  /// floats further. Null for other types.
+  const float* key_scales(int64_t page) const { return k_scales_ ? k_scales_ + scale_at(page, 0) : nullptr; }
+  const float* value_scales(int64_t page) const { return v_scales_ ? v_scales_ + scale_at(page, 0) : nullptr; }
 
   /// Writes `count` tokens of kv head `head` at in-page index `index` on: token t's K row at
   /// k + t·k_stride, V row at v + t·v_stride (head_dim elements of type `src` each, strides in
@@ -53,12 +58,18 @@ class ATTEND_INTERNAL KvStore {
   size_t at(int64_t page, int64_t head) const {
     return static_cast<size_t>(page * page_stride() + head * head_stride()) * element_bytes_;
   }
+  // Float offset of (page, head)'s first scale.
+  size_t scale_at(int64_t page, int64_t head) const {
+    return static_cast<size_t>((page * page_stride() + head * head_stride()) / head_dim_);
+  }
   bool head_major_ = false;
   kernels::KvType kv_type_ = kernels::KvType::f32;
   int64_t kv_heads_ = 0, head_dim_ = 0, page_tokens_ = 0, pages_ = 0;
-  size_t element_bytes_ = 4, half_bytes_ = 0;
-  unsigned char* keys_ = nullptr;  // one mapping: K pages, then V pages
+  size_t element_bytes_ = 4, half_bytes_ = 0, scale_bytes_ = 0;
+  unsigned char* keys_ = nullptr;  // one mapping: K pages, V pages, then (i8) K scales, V scales
   unsigned char* values_ = nullptr;
+  float* k_scales_ = nullptr;
+  float* v_scales_ = nullptr;
 };
 
 }  // namespace attend::detail

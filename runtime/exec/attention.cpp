@@ -147,6 +147,10 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     w.v_row_stride = pr.v_row_stride;
     w.kv_type = pr.kv_type;
     w.pages = e.pages;
+    if (e.k_scale) {
+      w.k_scale = e.k_scale + hkv * pr.scale_head_stride;
+      w.v_scale = e.v_scale + hkv * pr.scale_head_stride;
+    }
     w.page_tokens = pr.page_tokens;
     w.page_stride = pr.page_stride;
     if (e.bias) {

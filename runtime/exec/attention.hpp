@@ -20,9 +20,12 @@ struct BatchEntry {
   void* o;               // elements of Problem::o_type
   const float* bias;     // (b, head 0) of the bias, or null
   const int32_t* pages;  // paged K/V: the sequence's pool pages (kernels::FlashWork::pages), or null
-  int64_t num_queries;   // Nq of this entry
-  int64_t num_keys;      // Nk of this entry (causal alignment is bottom-right against it)
-  int64_t valid_keys;    // keys >= valid_keys are masked (<= num_keys)
+  // i8 K/V: the K and V scales of head 0 (paged: pool page 0), kernels::FlashWork::k_scale; else null.
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  int64_t num_queries;  // Nq of this entry
+  int64_t num_keys;     // Nk of this entry (causal alignment is bottom-right against it)
+  int64_t valid_keys;   // keys >= valid_keys are masked (<= num_keys)
 };
 
 struct Problem {
@@ -35,6 +38,7 @@ struct Problem {
   kernels::KvType q_type = kernels::KvType::f32, o_type = kernels::KvType::f32;
   bool k_blocked = false;                    // K in the blocked layout of a KV cache (kernels::FlashWork::k_blocked)
   int64_t page_tokens = 0, page_stride = 0;  // paged entries (kernels::FlashWork)
+  int64_t scale_head_stride = 0;             // i8: floats between one kv head's scales and the next
   bool causal = false;
   int64_t window = 0;
   float scale = 1.0f;  // already resolved (no 0 = 1/√D here)

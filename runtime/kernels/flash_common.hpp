@@ -95,6 +95,11 @@ struct KvSource {
   const E* v;
   const int32_t* pages;  // null: one run
   int64_t page_tokens, page_stride, k_row_stride, v_row_stride, depth;
+  // i8 (an 8-bit cache): each key's K and V scales (FlashWork::k_scale, v_scale).
+  static constexpr bool kScaled = std::is_same_v<E, I8>;
+  const float* k_scale;
+  const float* v_scale;
+  int64_t scale_page_stride;
 
   explicit KvSource(const FlashWork& w)
       : k(static_cast<const E*>(w.k)),
@@ -104,7 +109,10 @@ struct KvSource {
         page_stride(w.page_stride),
         k_row_stride(w.k_row_stride),
         v_row_stride(w.v_row_stride),
-        depth(w.head_dim) {}
+        depth(w.head_dim),
+        k_scale(w.k_scale),
+        v_scale(w.v_scale),
+        scale_page_stride(w.pages ? w.page_stride / w.head_dim : 0) {}
 
   // Keys from j to the end of its run (capped at `limit`): to the end of its page, and on through
   // the pages after it that are adjacent in memory (a head-major pool, pages taken together). Keys
@@ -127,7 +135,38 @@ struct KvSource {
   const E* key_row(int64_t j) const { return k + j * k_row_stride; }
   // V row of key j.
   const E* value(int64_t j) const { return v + page_offset(j) + in_page(j) * v_row_stride; }
+  // i8: where key j's scales are in k_scale / v_scale (contiguous along a run).
+  int64_t scale_index(int64_t j) const {
+    return pages ? pages[j / page_tokens] * scale_page_stride + j % page_tokens : j;
+  }
+  float key_scale(int64_t j) const { return k_scale[scale_index(j)]; }
+  float value_scale(int64_t j) const { return v_scale[scale_index(j)]; }
 };
+
+// i8: s[r·lds + j] *= scales of key j0 + j (k_scale or v_scale), for `rows` rows and keys [0, nk),
+// run by run: a score tile (K scales) or the weights P before an in-place P·V (V scales). A zero
+// stays zero: a masked key's weight must stay exactly 0 even when its scale is NaN (a token stored
+// with a non-finite value), or the P·V would let it reach rows that never saw it.
+template <class Arch, class E>
+void scale_by_keys(float* s, int64_t lds, int64_t rows, const KvSource<E>& src, const float* scales, int64_t j0,
+                   int64_t nk) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  for (int64_t j = 0; j < nk;) {
+    const int64_t n = src.run(j0 + j, nk - j);
+    const float* sc = scales + src.scale_index(j0 + j);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = s + r * lds + j;
+      int64_t jj = 0;
+      for (; jj + W <= n; jj += W) {
+        const B x = B::load_unaligned(row + jj);
+        xsimd::select(x == B(0.0f), x, x * B::load_unaligned(sc + jj)).store_unaligned(row + jj);
+      }
+      for (; jj < n; ++jj) row[jj] = row[jj] == 0.0f ? row[jj] : row[jj] * sc[jj];
+    }
+    j += n;
+  }
+}
 
 // to_f32_panel for keys [j0, j0 + keys) of a blocked K.
 template <class E>
@@ -136,7 +175,12 @@ void blocked_to_f32_panel(const KvSource<E>& src, int64_t j0, int64_t keys, int6
   for (int64_t j = 0; j < keys; ++j) {
     const E* in = src.blocked_key(j0 + j);
     float* out = panel + j * ldp;
-    for (int64_t d = 0; d < depth; ++d) out[d] = to_float(in[d * kKeyBlock]);
+    if constexpr (KvSource<E>::kScaled) {
+      const float sc = src.key_scale(j0 + j);
+      for (int64_t d = 0; d < depth; ++d) out[d] = to_float(in[d * kKeyBlock]) * sc;
+    } else {
+      for (int64_t d = 0; d < depth; ++d) out[d] = to_float(in[d * kKeyBlock]);
+    }
     for (int64_t d = depth; d < ldp; ++d) out[d] = 0.0f;
   }
 }
@@ -144,6 +188,16 @@ void blocked_to_f32_panel(const KvSource<E>& src, int64_t j0, int64_t keys, int6
 // to_f32_panel for the V rows of keys [j0, j0 + keys), run by run.
 template <class E>
 void values_to_f32_panel(const KvSource<E>& src, int64_t j0, int64_t keys, int64_t cols, int64_t ldp, float* panel) {
+  if constexpr (KvSource<E>::kScaled) {  // i8: each row times its scale
+    for (int64_t j = 0; j < keys; ++j) {
+      const E* in = src.value(j0 + j);
+      const float sc = src.value_scale(j0 + j);
+      float* out = panel + j * ldp;
+      for (int64_t d = 0; d < cols; ++d) out[d] = to_float(in[d]) * sc;
+      for (int64_t d = cols; d < ldp; ++d) out[d] = 0.0f;
+    }
+    return;
+  }
   for (int64_t j = 0; j < keys;) {
     const int64_t n = src.run(j0 + j, keys - j);
     to_f32_panel(src.value(j0 + j), src.v_row_stride, n, cols, ldp, panel + j * ldp);

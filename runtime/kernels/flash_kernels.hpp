@@ -15,6 +15,7 @@ void flash_any_type(const FlashWork& w, float* scratch) {
     case KvType::f32: return Driver<Arch, float>::run(w, scratch);
     case KvType::bf16: return Driver<Arch, Bf16>::run(w, scratch);
     case KvType::f16: return Driver<Arch, F16>::run(w, scratch);
+    case KvType::i8: return Driver<Arch, I8>::run(w, scratch);
   }
 }
 

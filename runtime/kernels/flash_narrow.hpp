@@ -104,6 +104,7 @@ void narrow_scores_phase(const FlashWork& w, const NarrowRows& R, const NarrowHe
   // vector loaded feeds NR FMAs. Blocked K: keys in lanes (blocked_scores), the tile in one call.
   if (w.k_blocked) {
     blocked_scores_dispatch<Arch, E>(R.row_pack, blk, (nk + kKeyBlock - 1) / kKeyBlock, known, depth, h.qn, h.s, ldsn);
+    if constexpr (KvSource<E>::kScaled) scale_by_keys<Arch>(h.s, ldsn, R.nr, src, src.k_scale, j0, nk);
     return;
   }
   for (int64_t jg = 0; jg < nk; jg += W) {
@@ -175,7 +176,8 @@ void narrow_pv_phase(const FlashWork& w, const NarrowRows& R, const NarrowHead& 
   constexpr int64_t ldsn = Tiles<Arch>::kNarrowBlockKeys;
   const bool whole = R.max_lo <= j0 && R.min_hi >= j0 + nk;
   const bool masked = !whole || w.bias != nullptr;
-  if (w.value_dim % W == 0) {  // V read (and widened) in place
+  if (w.value_dim % W == 0) {  // V read (and widened) in place; i8: the weights carry V's scales
+    if constexpr (KvSource<E>::kScaled) scale_by_keys<Arch>(h.s, ldsn, R.nr, src, src.v_scale, j0, nk);
     pv_runs<Arch>(src, h.oacc, R.dvp, h.alpha, sh.ones, h.s, ldsn, 1, j0, nk, R.nr, R.dvp / W, masked,
                   std::is_same_v<E, float> && R.nr == 1 ? 0 : R.key_hi - j0);
   } else {

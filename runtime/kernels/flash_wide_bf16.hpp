@@ -135,8 +135,12 @@ struct Bf16Wide {
       const E* vb = j + 1 < nk ? src.value(j0 + j + 1) : nullptr;
       for (int64_t c = 0; c < dvp; c += 16) {
         const int64_t n = min64(16, dv - c);
-        const __m512 a = load_f32_upto<Arch>(va + c, n);
-        const __m512 b = vb ? load_f32_upto<Arch>(vb + c, n) : _mm512_setzero_ps();
+        __m512 a = load_f32_upto<Arch>(va + c, n);
+        __m512 b = vb ? load_f32_upto<Arch>(vb + c, n) : _mm512_setzero_ps();
+        if constexpr (KvSource<E>::kScaled) {  // i8: V rows times their scales
+          a = _mm512_mul_ps(a, _mm512_set1_ps(src.value_scale(j0 + j)));
+          if (vb) b = _mm512_mul_ps(b, _mm512_set1_ps(src.value_scale(j0 + j + 1)));
+        }
         special |= _mm512_fpclass_ps_mask(a, 0x99) | _mm512_fpclass_ps_mask(b, 0x99);  // QNaN, ±inf, SNaN
         _mm512_store_si512(v2 + jp * dvp + c, pack_bf16_pairs(a, b));
       }

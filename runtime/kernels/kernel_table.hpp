@@ -9,11 +9,13 @@
 namespace attend::kernels {
 
 /// Element type of Q, K, V and O. bf16 and f16 (16-bit tensors, a KV cache's storage) are converted
-/// to f32 as they are loaded and rounded (to nearest even) as O is stored; arithmetic is f32.
-enum class KvType : int { f32, bf16, f16 };
+/// to f32 as they are loaded and rounded (to nearest even) as O is stored; arithmetic is f32. i8
+/// (an 8-bit cache's K and V only, blocked K) is widened and multiplied by its token's scale
+/// (FlashWork::k_scale, v_scale).
+enum class KvType : int { f32, bf16, f16, i8 };
 
 /// Bytes per element of `t`.
-constexpr int64_t kv_type_bytes(KvType t) { return t == KvType::f32 ? 4 : 2; }
+constexpr int64_t kv_type_bytes(KvType t) { return t == KvType::f32 ? 4 : t == KvType::i8 ? 1 : 2; }
 
 /// Keys per block of a blocked K layout (see FlashWork::k_blocked); fixed for every ISA so a KV
 /// cache's storage does not depend on the kernel that reads it.
@@ -47,6 +49,11 @@ struct FlashWork {
   // page_stride elements apart. page_tokens is a multiple of kKeyBlock.
   const int32_t* pages;
   int64_t page_tokens, page_stride;
+  // i8 K/V: one f32 scale per key for K and for V, laid out like the V rows with one element per
+  // row: key j's at k_scale[page_offset(j) / head_dim + j % page_tokens] (pages null: k_scale[j]).
+  // Null for other types.
+  const float* k_scale;
+  const float* v_scale;
   // Optional additive bias for (b, first head of the group), in natural-log units (the kernel
   // multiplies by log2 e). Element (g, i, j) at bias[g*bias_head_stride + i*bias_row_stride +
   // j*bias_key_stride]; null when absent.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 namespace attend::numeric {
 
@@ -51,6 +52,38 @@ inline float from_f16(uint16_t h) {
   if (exp == 0x1f) return float_of(sign | 0x7f800000u | (mant << 13));
   if (exp == 0) return (sign ? -1.0f : 1.0f) * static_cast<float>(mant) * (1.0f / 16777216.0f);
   return float_of(sign | ((exp + 112) << 23) | (mant << 13));
+}
+
+/// The 8-bit cache's quantisation of one row (a token's K or V in one kv head): symmetric, one f32
+/// scale s = max|x| / 127, q = round-to-nearest-even(x / s) in [−127, 127]; the row reads back as
+/// q · s (error ≤ s / 2 per element). An all-zero row has s = 0 (reads back as zeros); a row with
+/// a NaN or an infinity gets a NaN scale, so every element reads back as NaN (never a finite lie).
+/// `get(d)` is element d as f32 (read twice), `put(d, q)` stores its code; returns s.
+template <class Get, class Put>
+float quantize_i8(int64_t n, Get get, Put put) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int64_t d = 0; d < n; ++d) {
+    const float x = get(d);
+    finite &= std::isfinite(x);
+    amax = std::fmax(amax, std::fabs(x));
+  }
+  const float s = amax / 127.0f;
+  if (!finite || s == 0.0f) {  // non-finite, all zero, or below 127 × the smallest subnormal
+    for (int64_t d = 0; d < n; ++d) put(d, int8_t{0});
+    return finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
+  }
+  for (int64_t d = 0; d < n; ++d) {
+    const float r = std::nearbyint(get(d) / s);
+    put(d, static_cast<int8_t>(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r));
+  }
+  return s;
+}
+
+/// quantize_i8 of a dense row.
+inline float quantize_i8_row(const float* x, int64_t n, int8_t* q) {
+  return quantize_i8(
+      n, [x](int64_t d) { return x[d]; }, [q](int64_t d, int8_t v) { q[d] = v; });
 }
 
 }  // namespace attend::numeric

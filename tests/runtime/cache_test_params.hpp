@@ -20,11 +20,23 @@ inline float round_trip(float x, DType t) {
   }
 }
 
+/// One token's K or V row of n values (one kv head), as a cache of type t stores it and reads it
+/// back: rounded element by element, or (i8) quantised with the row's own scale.
+inline void round_trip_row(float* x, int64_t n, DType t) {
+  if (t != DType::i8) {
+    for (int64_t d = 0; d < n; ++d) x[d] = round_trip(x[d], t);
+    return;
+  }
+  std::vector<int8_t> q(static_cast<size_t>(n));
+  const float s = numeric::quantize_i8_row(x, n, q.data());
+  for (int64_t d = 0; d < n; ++d) x[d] = static_cast<float>(q[static_cast<size_t>(d)]) * s;
+}
+
 /// Every ISA this machine runs × every storage type.
 inline std::vector<std::tuple<Isa, DType>> isa_dtype_params() {
   std::vector<std::tuple<Isa, DType>> p;
   for (Isa isa : supported_isas())
-    for (DType t : {DType::f32, DType::bf16, DType::f16}) p.emplace_back(isa, t);
+    for (DType t : {DType::f32, DType::bf16, DType::f16, DType::i8}) p.emplace_back(isa, t);
   return p;
 }
 

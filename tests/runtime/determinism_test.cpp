@@ -66,7 +66,7 @@ TEST(Determinism, CachedAttention) {
   const int64_t B = 2, Hq = 8, Hkv = 2, D = 64, L = 3000;
   const auto k = random_vec(static_cast<size_t>(B * Hkv * L * D), 4), v = random_vec(k.size(), 5);
   const auto q = random_vec(static_cast<size_t>(B * Hq * D), 6);
-  for (DType dt : {DType::f32, DType::bf16})
+  for (DType dt : {DType::f32, DType::bf16, DType::i8})
     expect_same_bits(std::string("cached_attention ") + dtype_name(dt), [&](int threads) {
       KVCache cache({Hkv, D, B, L, dt});
       const int64_t seqs[] = {0, 1};

@@ -240,6 +240,8 @@ TEST_P(SdpaDtypes, BadDtypesThrowAndWriteNothing) {
   rejects(q, k, v, o_other, opt, "o of the other 16-bit dtype");
   rejects(TensorView::dense(static_cast<const void*>(q16.data()), static_cast<DType>(7), shape), k, v, o_f32, opt,
           "unknown dtype");
+  rejects(TensorView::dense(static_cast<const void*>(q16.data()), DType::i8, shape), k, v, o_f32, opt,
+          "i8 (a cache storage type) as a tensor");
   rejects(q, k, v, TensorView::dense(static_cast<const void*>(o16.data()), dt, shape), opt, "read-only 16-bit o");
   SdpaOptions with_bias = opt;
   with_bias.bias = TensorView::dense(static_cast<const void*>(bias.data()), dt, {1, 1, 1, 4});
@@ -255,7 +257,7 @@ TEST_P(SdpaDtypes, BadDtypesThrowAndWriteNothing) {
 TEST_P(SdpaDtypes, CachesTakeSixteenBitTensors) {
   const DType dt = GetParam().in;
   const int64_t Hq = 4, Hkv = 2, D = 64, prompt = 37;
-  for (DType storage : {DType::f32, DType::bf16, DType::f16}) {
+  for (DType storage : {DType::f32, DType::bf16, DType::f16, DType::i8}) {
     SCOPED_TRACE(std::string("storage ") + dtype_name(storage));
     std::mt19937 rng(3);
     KVCacheConfig cc;

@@ -59,8 +59,10 @@ TEST_P(CachedAttention, MatchesReferenceOverStoredValues) {
         EXPECT_EQ(cache.length(2), total);
         EXPECT_EQ(cache.length(0), total);
         // Reference over what the cache holds.
-        for (float& x : k) x = round_trip(x, dtype);
-        for (float& x : v) x = round_trip(x, dtype);
+        for (size_t row = 0; row < k.size(); row += static_cast<size_t>(D)) {
+          round_trip_row(k.data() + row, D, dtype);
+          round_trip_row(v.data() + row, D, dtype);
+        }
         SdpaOptions ref;
         ref.causal = true;
         ref.window = window;
@@ -70,6 +72,96 @@ TEST_P(CachedAttention, MatchesReferenceOverStoredValues) {
                                 TensorView::dense(static_cast<const float*>(v.data()), {B, Hkv, total, D}), ref);
         EXPECT_TRUE(close_to(o, want, 1e-5));
       }
+}
+
+// A token stored with an infinity or a NaN (its i8 scale is NaN) never reaches a query that cannot
+// see it: it sits in a key tile those queries read but outside their sliding window — on the decode
+// (narrow) path, in the window's first key block (V scales folded into the weights), and on the
+// prefill path, seen by the first 20 of 40 queries only (V dequantised into panels).
+TEST_P(CachedAttention, NonFiniteTokenOutsideTheWindowStaysOut) {
+  const auto [isa, dtype] = GetParam();
+  const int64_t Hq = 4, Hkv = 2, D = 64, prefix = 300, window = 100;
+  for (int64_t N : {1, 40}) {
+    SCOPED_TRACE("N=" + std::to_string(N));
+    std::mt19937 rng(9);
+    const int64_t total = prefix + N;
+    std::vector<float> k = random_values(rng, static_cast<size_t>(Hkv * total * D));
+    std::vector<float> v = random_values(rng, k.size());
+    const std::vector<float> q = random_values(rng, static_cast<size_t>(Hq * N * D));
+    // N = 1: the query sees keys [201, 301); key 195 shares the 16-key block of key 201.
+    // N = 40: query i sees [201 + i, 301 + i); key 220 is seen by queries 0..19 only.
+    const int64_t bad = N == 1 ? 195 : 220, first_clean = N == 1 ? 0 : 20;
+    for (int64_t h = 0; h < Hkv; ++h)
+      for (int64_t d = 0; d < D; ++d) {
+        k[static_cast<size_t>((h * total + bad) * D + d)] = d % 2 ? INFINITY : 1.0f;
+        v[static_cast<size_t>((h * total + bad) * D + d)] = d % 3 ? NAN : -INFINITY;
+      }
+    KVCache cache({Hkv, D, 1, 512, dtype});
+    const TensorView::Dims strides{0, total * D, D, 1};
+    cache.append(0, TensorView(k.data(), {1, Hkv, prefix, D}, strides),
+                 TensorView(v.data(), {1, Hkv, prefix, D}, strides));
+    std::vector<float> o(q.size());
+    SdpaOptions opt;
+    opt.isa = isa;
+    opt.window = window;
+    const int64_t seqs[] = {0};
+    cached_attention(TensorView::dense(q.data(), {1, Hq, N, D}),
+                     TensorView(k.data() + prefix * D, {1, Hkv, N, D}, strides),
+                     TensorView(v.data() + prefix * D, {1, Hkv, N, D}, strides), cache, seqs,
+                     TensorView::dense(o.data(), {1, Hq, N, D}), opt);
+    for (size_t row = 0; row < k.size(); row += static_cast<size_t>(D)) {
+      round_trip_row(k.data() + row, D, dtype);
+      round_trip_row(v.data() + row, D, dtype);
+    }
+    SdpaOptions ref;
+    ref.causal = true;
+    ref.window = window;
+    const auto want =
+        reference_attention(TensorView::dense(static_cast<const float*>(q.data()), {1, Hq, N, D}),
+                            TensorView::dense(static_cast<const float*>(k.data()), {1, Hkv, total, D}),
+                            TensorView::dense(static_cast<const float*>(v.data()), {1, Hkv, total, D}), ref);
+    std::vector<float> got;
+    std::vector<double> ref_rows;
+    for (int64_t h = 0; h < Hq; ++h)
+      for (int64_t i = first_clean; i < N; ++i)
+        for (int64_t d = 0; d < D; ++d) {
+          got.push_back(o[static_cast<size_t>((h * N + i) * D + d)]);
+          ref_rows.push_back(want[static_cast<size_t>((h * N + i) * D + d)]);
+        }
+    EXPECT_TRUE(close_to(got, ref_rows, 1e-5));
+  }
+}
+
+// The i8 quantisation of one row: scale max|x|/127, every element within half a step of its
+// value, the largest at ±127, exact zeros, and a non-finite row marked by a NaN scale.
+TEST(I8Quantisation, RowsRoundTripWithinHalfAStep) {
+  std::mt19937 rng(4);
+  for (int64_t n : {1, 7, 64, 128}) {
+    std::vector<float> x = random_values(rng, static_cast<size_t>(n), -3.0f, 3.0f);
+    x[static_cast<size_t>(n / 2)] = -4.0f;  // the largest magnitude
+    std::vector<int8_t> q(static_cast<size_t>(n));
+    const float s = numeric::quantize_i8_row(x.data(), n, q.data());
+    EXPECT_FLOAT_EQ(s, 4.0f / 127.0f);
+    EXPECT_EQ(q[static_cast<size_t>(n / 2)], -127);
+    for (int64_t d = 0; d < n; ++d) {
+      EXPECT_LE(std::abs(q[static_cast<size_t>(d)] * s - x[static_cast<size_t>(d)]), 0.5f * s * (1 + 1e-6f));
+      EXPECT_GE(q[static_cast<size_t>(d)], -127);
+    }
+  }
+  std::vector<float> zeros(16, 0.0f), bad(16, 1.0f);
+  std::vector<int8_t> q(16, 9);
+  EXPECT_EQ(numeric::quantize_i8_row(zeros.data(), 16, q.data()), 0.0f);
+  for (int8_t v : q) EXPECT_EQ(v, 0);
+  bad[3] = INFINITY;
+  EXPECT_TRUE(std::isnan(numeric::quantize_i8_row(bad.data(), 16, q.data())));
+}
+
+// An i8 cache takes a quarter of the f32 bytes for K and V, plus one f32 scale per token row.
+TEST(I8Quantisation, MemoryIsAQuarterPlusScales) {
+  const KVCache f32({4, 128, 2, 1000, DType::f32}), i8({4, 128, 2, 1000, DType::i8});
+  EXPECT_EQ(i8.memory_bytes(), f32.memory_bytes() / 4 + 2 * 4 * 2 * 1008 * sizeof(float));
+  const PagedKVCache p32({4, 128, 10, 32, DType::f32}), p8({4, 128, 10, 32, DType::i8});
+  EXPECT_EQ(p8.memory_bytes(), p32.memory_bytes() / 4 + 2 * 4 * 10 * 32 * sizeof(float));
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryIsaAndType, CachedAttention, ::testing::ValuesIn(isa_dtype_params()), isa_dtype_name);

@@ -4,12 +4,14 @@
 // Tolerances are relative to the output's largest magnitude: 2e-5 for f32 (projections are f32
 // GEMMs with K ≤ 96, attention as in the kernel tests); bf16 weights round weights and
 // activations to 8 mantissa bits (relative 2^-9 each), so 3e-2; a bf16 KV cache stores K/V with
-// 8 mantissa bits (3e-2), an f16 cache with 11 (4e-3).
+// 8 mantissa bits (3e-2), an f16 cache with 11 (4e-3), an i8 cache 8 bits per row with its own
+// scale (3e-2, the bound the README states for it; measured on Gaussian data by I8CacheBound).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <attend/attend.hpp>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <thread>
@@ -217,7 +219,7 @@ TEST_P(Layer, PrefillThenDecodeEqualsCausalForward) {
   const int64_t n = 13, steps = 6, total = n + steps;
   const auto x = random_vec(rng, static_cast<size_t>(total * c.dm), 1.0f);
   const std::vector<double> want = m.ref.forward(x, 1, total, true);
-  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::i8}) {
     KVCache cache({c.hkv, c.hd, 2, 64, dt});
     std::vector<float> y(x.size());
     const int64_t seq[] = {1};
@@ -246,7 +248,7 @@ TEST_P(Layer, PagedStepsEqualCausalForward) {
     for (size_t i = 0; i < 3; ++i) total[i] += st[i];
   std::vector<std::vector<float>> xs, ys(3);
   for (size_t i = 0; i < 3; ++i) xs.push_back(random_vec(rng, static_cast<size_t>(total[i] * c.dm), 1.0f));
-  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::i8}) {
     PagedKVCache cache({c.hkv, c.hd, 64, 16, dt});
     const int64_t ids[3] = {cache.create_sequence(), cache.create_sequence(), cache.create_sequence()};
     std::vector<int64_t> done(3, 0);
@@ -273,6 +275,75 @@ TEST_P(Layer, PagedStepsEqualCausalForward) {
       EXPECT_EQ(cache.length(ids[i]), total[i]);
       expect_close(ys[i], m.ref.forward(xs[i], 1, total[i], true), tol,
                    c.name + " paged " + dtype_name(dt) + " sequence " + std::to_string(i));
+    }
+  }
+}
+
+// The 8-bit cache's bound (README, Guarantees): the layer's output error through an i8 cache stays
+// below 3e-2 of the output's scale on Gaussian activations and weights — prefill then decode, slot
+// and paged caches, Llama-like head dims (64, 128) with GQA. Prints the measured worst error of
+// each storage type (the README quotes them).
+TEST(LayerI8, I8CacheBound) {
+  struct Shape {
+    int64_t dm, hq, hkv, hd;
+  };
+  for (const Shape sh : {Shape{256, 4, 1, 64}, Shape{512, 4, 2, 128}}) {
+    std::mt19937 rng(21);
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    const auto normal = [&](size_t n, float sigma) {
+      std::vector<float> v(n);
+      for (float& x : v) x = sigma * gauss(rng);
+      return v;
+    };
+    RefLayer ref;
+    ref.dm = sh.dm;
+    ref.hq = sh.hq;
+    ref.hkv = sh.hkv;
+    ref.hd = sh.hd;
+    ref.rope = true;
+    const float ws = 1.0f / std::sqrt(static_cast<float>(sh.dm));
+    ref.wq = normal(static_cast<size_t>(sh.hq * sh.hd * sh.dm), ws);
+    ref.wk = normal(static_cast<size_t>(sh.hkv * sh.hd * sh.dm), ws);
+    ref.wv = normal(static_cast<size_t>(sh.hkv * sh.hd * sh.dm), ws);
+    ref.wo = normal(static_cast<size_t>(sh.dm * sh.hq * sh.hd), 1.0f / std::sqrt(static_cast<float>(sh.hq * sh.hd)));
+    MhaConfig cfg;
+    cfg.d_model = sh.dm;
+    cfg.n_heads = sh.hq;
+    cfg.n_kv_heads = sh.hkv;
+    cfg.head_dim = sh.hd;
+    cfg.rope = true;
+    MhaWeights w;
+    w.q = ref.wq.data();
+    w.k = ref.wk.data();
+    w.v = ref.wv.data();
+    w.o = ref.wo.data();
+    const MultiHeadAttention layer(cfg, w);
+    const int64_t prompt = 90, steps = 40, total = prompt + steps;
+    const std::vector<float> x = normal(static_cast<size_t>(total * sh.dm), 1.0f);
+    const std::vector<double> want = ref.forward(x, 1, total, true);
+    double scale = 1e-3;
+    for (double v : want) scale = std::max(scale, std::abs(v));
+    for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::i8}) {
+      KVCache slots({sh.hkv, sh.hd, 1, total, dt});
+      PagedKVCache paged({sh.hkv, sh.hd, 16, 16, dt});
+      const int64_t id = paged.create_sequence();
+      std::vector<float> y(x.size()), yp(x.size());
+      const int64_t seq[] = {0};
+      layer.forward_cached(x.data(), y.data(), 1, prompt, slots, seq);
+      const SequenceChunk first{id, prompt};
+      layer.forward_paged(x.data(), yp.data(), std::span(&first, 1), paged);
+      for (int64_t t = prompt; t < total; ++t) {
+        layer.forward_cached(x.data() + t * sh.dm, y.data() + t * sh.dm, 1, 1, slots, seq);
+        const SequenceChunk one{id, 1};
+        layer.forward_paged(x.data() + t * sh.dm, yp.data() + t * sh.dm, std::span(&one, 1), paged);
+      }
+      double worst = 0.0;
+      for (size_t i = 0; i < x.size(); ++i)
+        worst = std::max({worst, std::abs(y[i] - want[i]), std::abs(yp[i] - want[i])});
+      std::printf("[ i8 bound ] d_model %lld, %lld:%lld heads of %lld, %s cache: max error %.2e of the output scale\n",
+                  static_cast<long long>(sh.dm), static_cast<long long>(sh.hq), static_cast<long long>(sh.hkv),
+                  static_cast<long long>(sh.hd), dtype_name(dt), worst / scale);
+      EXPECT_LT(worst / scale, dt == DType::f32 ? 2e-5 : 3e-2) << dtype_name(dt);
     }
   }
 }

@@ -72,11 +72,14 @@ struct History {
     auto& vs = v[seq];
     ks.resize(static_cast<size_t>(Hkv));
     vs.resize(static_cast<size_t>(Hkv));
+    std::vector<float> row(static_cast<size_t>(D));
     for (int64_t h = 0; h < Hkv; ++h)
       for (int64_t t = 0; t < n; ++t)
-        for (int64_t d = 0; d < D; ++d) {
-          ks[static_cast<size_t>(h)].push_back(round_trip(kp[h * head_stride + t * token_stride + d], dtype));
-          vs[static_cast<size_t>(h)].push_back(round_trip(vp[h * head_stride + t * token_stride + d], dtype));
+        for (auto [src, dst] : {std::pair{kp, &ks}, std::pair{vp, &vs}}) {
+          std::copy(src + h * head_stride + t * token_stride, src + h * head_stride + t * token_stride + D,
+                    row.begin());
+          round_trip_row(row.data(), D, dtype);
+          (*dst)[static_cast<size_t>(h)].insert((*dst)[static_cast<size_t>(h)].end(), row.begin(), row.end());
         }
   }
   int64_t length(int64_t seq) { return k[seq].empty() ? 0 : static_cast<int64_t>(k[seq][0].size()) / D; }
@@ -564,28 +567,30 @@ TEST(PagedKVCacheThreads, DisjointSequencesConcurrentlySameSequenceDetected) {
 // cache, the executor, the scheduler nor the kernels.
 TEST(PagedAttentionMemory, WarmStepAllocatesNothing) {
   constexpr int64_t Hq = 8, Hkv = 2, D = 64;
-  PagedKVCache cache({Hkv, D, 512, 32, DType::f32});
-  History hist{Hkv, D, DType::f32, {}, {}};
-  std::mt19937 rng(12);
-  const int64_t a = cache.create_sequence(), b = cache.create_sequence(), c = cache.create_sequence();
-  append_random(cache, hist, rng, a, 3000);
-  append_random(cache, hist, rng, b, 40);
-  append_random(cache, hist, rng, c, 100);
-  const std::vector<SequenceChunk> step = {{a, 1}, {b, 1}, {c, 64}};
-  Packed p(rng, 66, Hq, Hkv, D);
-  auto run = [&] {
-    paged_attention(p.qv(), p.kv(), p.vv(), cache, step, p.ov());
-    cache.truncate(a, 3000);
-    cache.truncate(b, 40);
-    cache.truncate(c, 100);
-  };
-  run();  // warm: workspace, per-thread buffers, block tables
-  run();
-  allocations = 0;
-  counting = true;
-  for (int i = 0; i < 3; ++i) run();
-  counting = false;
-  EXPECT_EQ(allocations.load(), 0);
+  for (DType dtype : {DType::f32, DType::bf16, DType::i8}) {  // (i8: the append quantises in place)
+    PagedKVCache cache({Hkv, D, 512, 32, dtype});
+    History hist{Hkv, D, dtype, {}, {}};
+    std::mt19937 rng(12);
+    const int64_t a = cache.create_sequence(), b = cache.create_sequence(), c = cache.create_sequence();
+    append_random(cache, hist, rng, a, 3000);
+    append_random(cache, hist, rng, b, 40);
+    append_random(cache, hist, rng, c, 100);
+    const std::vector<SequenceChunk> step = {{a, 1}, {b, 1}, {c, 64}};
+    Packed p(rng, 66, Hq, Hkv, D);
+    auto run = [&] {
+      paged_attention(p.qv(), p.kv(), p.vv(), cache, step, p.ov());
+      cache.truncate(a, 3000);
+      cache.truncate(b, 40);
+      cache.truncate(c, 100);
+    };
+    run();  // warm: workspace, per-thread buffers, block tables
+    run();
+    allocations = 0;
+    counting = true;
+    for (int i = 0; i < 3; ++i) run();
+    counting = false;
+    EXPECT_EQ(allocations.load(), 0) << dtype_name(dtype);
+  }
 }
 
 }  // namespace

@@ -103,14 +103,14 @@ TEST(Stress, SixteenThreadsRandomCacheOperations) {
   const MultiHeadAttention layer(cfg, w);
 
   constexpr int kThreads = 16, kOps = 60;
-  const DType dtypes[3] = {DType::f32, DType::bf16, DType::f16};
+  const DType dtypes[4] = {DType::f32, DType::bf16, DType::f16, DType::i8};
   std::vector<std::vector<Op>> scripts;
   std::vector<std::vector<float>> serial(kThreads), concurrent(kThreads);
   for (int t = 0; t < kThreads; ++t) scripts.push_back(script(1000 + t, kOps));
-  for (int t = 0; t < kThreads; ++t) serial[t] = play(layer, scripts[t], dtypes[t % 3]);
+  for (int t = 0; t < kThreads; ++t) serial[t] = play(layer, scripts[t], dtypes[t % 4]);
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t)
-    threads.emplace_back([&, t] { concurrent[t] = play(layer, scripts[t], dtypes[t % 3]); });
+    threads.emplace_back([&, t] { concurrent[t] = play(layer, scripts[t], dtypes[t % 4]); });
   for (auto& th : threads) th.join();
   int errors = 0;
   for (int t = 0; t < kThreads; ++t) {

@@ -18,8 +18,13 @@ struct Bf16 {
 struct F16 {
   uint16_t bits;
 };
+// An 8-bit cache's element: widened to f32 as is; its token's scale is applied by the driver.
+struct I8 {
+  int8_t bits;
+};
 
 inline float to_float(float x) { return x; }
+inline float to_float(I8 x) { return static_cast<float>(x.bits); }
 inline float to_float(Bf16 x) {
   const uint32_t bits = static_cast<uint32_t>(x.bits) << 16;
   float f;
@@ -114,6 +119,24 @@ inline vfloat<Arch> load_f16(const F16* p, requires_arch<xsimd::neon64>) {
 }
 #endif
 
+// i8 → f32: sign-extend, convert.
+template <class Arch>
+inline vfloat<Arch> load_i8(const I8* p, requires_arch<xsimd::generic>) {
+  return load_float_scalar<Arch>(p);
+}
+#if defined(__AVX512F__)
+template <class Arch>
+inline vfloat<Arch> load_i8(const I8* p, requires_arch<xsimd::avx512f>) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+#endif
+#if defined(__AVX2__)
+template <class Arch>
+inline vfloat<Arch> load_i8(const I8* p, requires_arch<xsimd::avx2>) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+#endif
+
 /// One vector of elements starting at p, widened to f32.
 template <class Arch>
 inline vfloat<Arch> load_float(const Bf16* p) {
@@ -122,6 +145,10 @@ inline vfloat<Arch> load_float(const Bf16* p) {
 template <class Arch>
 inline vfloat<Arch> load_float(const F16* p) {
   return load_f16<Arch>(p, Arch{});
+}
+template <class Arch>
+inline vfloat<Arch> load_float(const I8* p) {
+  return load_i8<Arch>(p, Arch{});
 }
 
 // f32 → bf16/f16, round to nearest even (NaN stays NaN, f16 overflow becomes ±inf): O of a 16-bit
@@ -155,6 +182,7 @@ inline void row_to_f32(const void* p, KvType t, int64_t n, float scale, float* o
       for (; d < n; ++d) out[d] = to_float(s[d]) * scale;
       return;
     }
+    case KvType::i8: break;  // (never a tensor's type)
   }
 }
 
