@@ -1,7 +1,7 @@
 // attend-run: run one attention layer from a .safetensors file over a .npy input.
 //
 //   attend-run -w layer.safetensors -i x.npy -o y.npy --heads 8 [--causal] [--prefix P]
-//              [--kv-heads K] [--rope-theta T] [--threads N] [--decode M --cache-dtype bf16]
+//              [--kv-heads K] [--rope-theta T] [--threads N] [--decode M --cache-dtype f32|bf16|f16|i8]
 //              [--attention-map map.svg --head H [--map-scale log|clip|linear]]
 //
 // Every failure exits non-zero with one message naming the file (and tensor); outputs are written
@@ -76,8 +76,10 @@ int run(const Args& a) {
     cache_dtype = DType::bf16;
   else if (a.cache_dtype == "f16")
     cache_dtype = DType::f16;
+  else if (a.cache_dtype == "i8")
+    cache_dtype = DType::i8;
   else if (a.cache_dtype != "f32")
-    throw io::IoError("--cache-dtype must be f32, bf16 or f16");
+    throw io::IoError("--cache-dtype must be f32, bf16, f16 or i8");
 
   const MultiHeadAttention mha(layer.config, layer.weights());
   const FpMath fpmath = a.fpmath == "bf16" ? FpMath::bf16 : FpMath::strict;
@@ -166,8 +168,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", a.threads, "threads (0: OpenMP's default)")->check(CLI::NonNegativeNumber);
   app.add_option("--decode", a.decode, "run the last M tokens one at a time through a KV cache (implies --causal)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--cache-dtype", a.cache_dtype, "KV cache storage with --decode: f32, bf16 or f16")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  app.add_option("--cache-dtype", a.cache_dtype,
+                 "KV cache storage with --decode: f32, bf16, f16 or i8 (8 bits with a scale per token and kv head)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16", "i8"}));
   app.add_option("--fpmath", a.fpmath,
                  "attention arithmetic: strict (f32) or bf16 (Q·Kᵀ and P·V on bf16 operands where the CPU has "
                  "AVX512_BF16)")

@@ -324,6 +324,12 @@ TEST_F(AttendRunErrors, EachBadInputFailsCleanly) {
     EXPECT_EQ(rc, 0) << err;
   }
   expect_failure(ok + " --fpmath tf32", "--fpmath");
+  for (const char* dt : {"f32", "bf16", "f16", "i8"}) {  // every cache storage through --decode
+    const auto [rc, err] =
+        run(ok + " -o " + path(std::string("dec_") + dt + ".npy") + " --decode 2 --cache-dtype " + dt);
+    EXPECT_EQ(rc, 0) << dt << ": " << err;
+  }
+  expect_failure(ok + " --decode 2 --cache-dtype u8", "--cache-dtype");
   expect_failure(ok + " --attention-map " + path("m.svg") + " --head 7", "--head 7 outside [0, 4)");
   EXPECT_FALSE(std::filesystem::exists(path("m.svg")));
   // --attention-map without --head used to draw head 0 silently.
