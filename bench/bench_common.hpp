@@ -75,6 +75,20 @@ float read_kv(const Vec& k, const Vec& v, size_t divisor = 1) {
   const int threads = omp_get_max_threads();
   return stream_read(k.data(), k.size() / divisor, threads) + stream_read(v.data(), v.size() / divisor, threads);
 }
+/// read_kv of the first `share` (0 < share ≤ 1) of each: an i8 cache's bytes (elements and scales).
+template <class Vec>
+float read_kv_share(const Vec& k, const Vec& v, double share) {
+  const int threads = omp_get_max_threads();
+  const auto n = static_cast<size_t>(static_cast<double>(k.size()) * share);
+  return stream_read(k.data(), n, threads) + stream_read(v.data(), n, threads);
+}
+
+/// Bytes one element of a KV cache of type t takes, its scales included (i8: one f32 per token row
+/// of `head_dim` elements).
+inline double kv_element_bytes(attend::DType t, int64_t head_dim) {
+  return t == attend::DType::i8 ? 1.0 + 4.0 / static_cast<double>(head_dim)
+                                : static_cast<double>(attend::dtype_size(t));
+}
 
 /// Times `body` per iteration with manual timing; `flush` evicts the last-level cache first and
 /// `prepare` runs untimed before each iteration. One untimed warm-up call comes first, so lazily

@@ -1,5 +1,5 @@
 // cache/<impl>/<shape>: one decode step of attention over a KV cache — append one token's K/V,
-// attend over the whole cache — for impl ∈ {attend-f32, attend-bf16, attend-f16, onednn}. The
+// attend over the whole cache — for impl ∈ {attend-f32, attend-bf16, attend-f16, attend-i8, onednn}. The
 // oneDNN baseline keeps a plain dense f32 cache: the new row is copied in, then the unfused
 // matmul → softmax → matmul runs over it. The last-level cache is flushed before every iteration.
 #include <omp.h>
@@ -31,8 +31,8 @@ const std::vector<CacheShape>& cache_shapes() {
   return s;
 }
 
-// K/V bytes read per step in the cache's storage type, plus q and o.
-double step_bytes(const CacheShape& s, int elem) {
+// K/V bytes read per step in the cache's storage type (i8: its scales included), plus q and o.
+double step_bytes(const CacheShape& s, double elem) {
   return 2.0 * s.B * s.Hkv * s.L * s.D * elem + 2.0 * 4 * s.B * s.Hq * s.D;
 }
 double step_flops(const CacheShape& s) { return 4.0 * s.B * s.Hq * s.L * s.D; }
@@ -78,12 +78,12 @@ void bm_attend_cache(benchmark::State& state, const CacheShape* s, DType dtype) 
   const auto o = TensorView::dense(d.o.data(), {s->B, s->Hq, 1, s->D});
   auto step = [&] { cached_attention(q, kn, vn, cache, seqs, o); };
   // Each step is paired with a plain read of as many bytes as the cache's K and V (stream_pct).
-  const size_t elem = dtype == DType::f32 ? 4 : 2;
+  const double elem = kv_element_bytes(dtype, s->D);
   float sink = 0.0f;
-  timed_decode_steps(state, cache, s->B, s->L, step, [&] { sink += read_kv(d.k, d.v, 4 / elem); });
+  timed_decode_steps(state, cache, s->B, s->L, step, [&] { sink += read_kv_share(d.k, d.v, elem / 4); });
   benchmark::DoNotOptimize(sink);
   state.counters["FLOPS"] = benchmark::Counter(step_flops(*s), benchmark::Counter::kIsIterationInvariantRate);
-  state.SetBytesProcessed(static_cast<int64_t>(step_bytes(*s, static_cast<int>(elem))) * state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(step_bytes(*s, elem)) * state.iterations());
   state.counters["cache_MiB"] = static_cast<double>(cache.memory_bytes()) / (1 << 20);
 }
 
@@ -110,17 +110,17 @@ void bm_attend_paged(benchmark::State& state, const CacheShape* s, DType dtype) 
   const TensorView kn(d.k_new.data(), {1, s->Hkv, s->B, s->D}, {0, s->D, s->Hkv * s->D, 1});
   const TensorView vn(d.v_new.data(), {1, s->Hkv, s->B, s->D}, {0, s->D, s->Hkv * s->D, 1});
   const TensorView o(d.o.data(), {1, s->Hq, s->B, s->D}, {0, s->D, s->Hq * s->D, 1});
-  const size_t elem = dtype == DType::f32 ? 4 : 2;
+  const double elem = kv_element_bytes(dtype, s->D);
   float sink = 0.0f;
   timed_loop_vs_stream(
       state,
       [&] {
         for (const SequenceChunk& c : chunks) cache.truncate(c.seq, s->L - 1);
       },
-      [&] { paged_attention(q, kn, vn, cache, chunks, o); }, [&] { sink += read_kv(d.k, d.v, 4 / elem); });
+      [&] { paged_attention(q, kn, vn, cache, chunks, o); }, [&] { sink += read_kv_share(d.k, d.v, elem / 4); });
   benchmark::DoNotOptimize(sink);
   state.counters["FLOPS"] = benchmark::Counter(step_flops(*s), benchmark::Counter::kIsIterationInvariantRate);
-  state.SetBytesProcessed(static_cast<int64_t>(step_bytes(*s, static_cast<int>(elem))) * state.iterations());
+  state.SetBytesProcessed(static_cast<int64_t>(step_bytes(*s, elem)) * state.iterations());
   state.counters["cache_MiB"] = static_cast<double>(cache.memory_bytes()) / (1 << 20);
 }
 
@@ -155,6 +155,7 @@ void register_cache_benchmarks() {
     reg("attend-f32", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::f32); });
     reg("attend-bf16", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::bf16); });
     reg("attend-f16", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::f16); });
+    reg("attend-i8", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::i8); });
     reg("attend-paged-f32", [&s](benchmark::State& st) { bm_attend_paged(st, &s, DType::f32); });
     reg("onednn", [&s](benchmark::State& st) { bm_onednn_cache(st, &s); });
   }
@@ -198,6 +199,26 @@ void print_cache_summary(const SummaryReporter& rep, FILE* out) {
                  dnn ? dnn->seconds * 1e3 : 0.0, ratio(f32, dnn), ratio(bf16, f32), ratio(f16, f32),
                  p32 > 0 ? 2 * pb / p32 : 0.0, p32 > 0 ? 2 * ph / p32 : 0.0, p32, pb, ph, pct(dnn, kv_f32),
                  pct(paged, kv_f32));
+  }
+  // The 8-bit cache: its bytes are the elements and one f32 scale per token row of K and of V.
+  bool header = false;
+  for (const CacheShape& s : cache_shapes()) {
+    const auto* i8 = rep.find(std::string("cache/attend-i8/") + s.name);
+    const auto* f32 = rep.find(std::string("cache/attend-f32/") + s.name);
+    if (!i8) continue;
+    if (!header) {
+      std::fprintf(out,
+                   "8-bit cache (i8 + scales: %.3f bytes per element at D = %lld; i8/f32* = (4 / that) x "
+                   "i8%%str / %%stream, tokens/s at equal bandwidth from the paired figures)\n",
+                   kv_element_bytes(DType::i8, s.D), static_cast<long long>(s.D));
+      std::fprintf(out, "%-5s %9s %9s %8s %9s %9s %8s\n", "shape", "i8 ms", "f32 ms", "i8/f32", "i8/f32*", "i8%str",
+                   "%stream");
+      header = true;
+    }
+    const double p8 = i8->stream_pct, p32 = f32 ? f32->stream_pct : 0.0;
+    std::fprintf(out, "%-5s %9.3f %9.3f %7.2fx %8.2fx %8.1f%% %7.1f%%\n", s.name, i8->seconds * 1e3,
+                 f32 ? f32->seconds * 1e3 : 0.0, f32 ? f32->seconds / i8->seconds : 0.0,
+                 p32 > 0 ? 4.0 / kv_element_bytes(DType::i8, s.D) * p8 / p32 : 0.0, p8, p32);
   }
 }
 

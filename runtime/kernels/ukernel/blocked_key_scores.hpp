@@ -20,7 +20,12 @@ void blocked_scores(const E* const* blk, int64_t depth, const float* q, float* s
   constexpr int W = B::size;
   static_assert(kKeyBlock % W == 0, "a key block is a whole number of vectors");
   constexpr int KV = static_cast<int>(kKeyBlock / W), NV = G * KV;
-  constexpr int U = NR * NV >= 8 ? 1 : 8 / (NR * NV);  // divides W, hence D on the narrow path
+  // Depth steps per iteration: enough for 8 accumulators, and (1-byte i8) for a whole cache line of
+  // the G blocks per step, so the loop and prefetch bookkeeping is not paid per 32 bytes. A power
+  // of two ≤ 8: divides W, hence D on the narrow path.
+  constexpr int U0 = NR * NV >= 8 ? 1 : 8 / (NR * NV);
+  constexpr int U1 = static_cast<int>(64 / (G * kKeyBlock * static_cast<int64_t>(sizeof(E))));
+  constexpr int U = U0 > U1 ? U0 : U1;
   B acc[U][NR][NV];
   for (int u = 0; u < U; ++u)
     for (int r = 0; r < NR; ++r)
