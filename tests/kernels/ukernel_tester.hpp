@@ -81,9 +81,20 @@ F16 make<F16>(float x) {  // |x| ≤ 1 here: normal or zero f16, no overflow
       static_cast<uint16_t>((x < 0 ? 0x8000u : 0u) | (static_cast<uint32_t>(exp) << 10) | static_cast<uint32_t>(mant))};
 }
 
+template <>
+I8 make<I8>(float x) {  // an 8-bit cache's code for x in [−1, 1] (scale 1/127; the kernel sees the code)
+  if (!(std::fabs(x) <= 1.0f)) return I8{-128};  // no NaN in i8: the extreme code instead
+  return I8{static_cast<int8_t>(std::nearbyint(x * 127.0f))};
+}
+// The largest magnitude make<E> gives for |x| ≤ 1 (the tolerance scales with it).
+template <class E>
+constexpr double value_range() {
+  return std::is_same_v<E, I8> ? 128.0 : 1.0;
+}
+
 template <class E>
 const char* type_name() {
-  return std::is_same_v<E, float> ? "f32" : std::is_same_v<E, Bf16> ? "bf16" : "f16";
+  return std::is_same_v<E, float> ? "f32" : std::is_same_v<E, Bf16> ? "bf16" : std::is_same_v<E, I8> ? "i8" : "f16";
 }
 
 // The boundary classes of a blocked dimension with tile t, clipped to [lo, hi].
@@ -213,7 +224,7 @@ void pv_cases(UkernelReport& r) {
           pv_block<Arch, E>(o.p, ldo, alpha.p, p.p, prs, pks, v.p, dv, nr, nvec, nk, masked, variant == 2 ? nk : 0);
           ++r.cases;
           for (int64_t i = 0; i < nr * ldo; ++i)
-            if (!close(o[i], want[i], 1.0 + nk)) {
+            if (!close(o[i], want[i], (1.0 + nk) * value_range<E>())) {
               r.fail("pv_block<%s> rows=%lld dv=%lld keys=%lld masked=%d layout=%s: O[%lld] = %g, want %g",
                      type_name<E>(), (long long)nr, (long long)dv, (long long)nk, masked ? 1 : 0,
                      narrow_layout ? "S" : "St", (long long)i, o[i], want[i]);
@@ -350,12 +361,14 @@ void run_all(UkernelReport& r) {
   pv_cases<Arch, float>(r);
   pv_cases<Arch, Bf16>(r);
   pv_cases<Arch, F16>(r);
+  pv_cases<Arch, I8>(r);
   narrow_cases<Arch, float>(r);
   narrow_cases<Arch, Bf16>(r);
   narrow_cases<Arch, F16>(r);
   blocked_cases<Arch, float>(r);
   blocked_cases<Arch, Bf16>(r);
   blocked_cases<Arch, F16>(r);
+  blocked_cases<Arch, I8>(r);
   exp2_cases<Arch>(r);
 }
 
