@@ -15,6 +15,7 @@
 
 #include "reference/reference_attention.hpp"
 #include "reference/reference_layer.hpp"
+#include "reference/stored_values.hpp"
 
 namespace {
 
@@ -58,6 +59,15 @@ double bf16_allowance(const attend::SdpaOptions& opt, double qk_bound, int64_t D
   return std::expm1(2.0 * std::ldexp(scale * qk_bound, -8)) + std::ldexp(1.0, -8) + 1e-6;
 }
 
+// Every KV-cache storage type, and a copy of rows of `row` values as such a cache holds them.
+const attend::DType kStorage[4] = {attend::DType::f32, attend::DType::bf16, attend::DType::f16, attend::DType::i8};
+std::vector<float> stored(std::vector<float> x, int64_t row, attend::DType t) {
+  if (row > 0)
+    for (size_t at = 0; at + static_cast<size_t>(row) <= x.size(); at += static_cast<size_t>(row))
+      attend::testing::round_trip_row(x.data() + at, row, t);
+  return x;
+}
+
 void fuzz_sdpa(Input& in, std::mt19937& rng) {
   const int64_t B = in.range(0, 2), Hkv = in.range(1, 3), G = in.range(1, 3), Nq = in.range(0, 20),
                 Nk = in.range(0, 40), D = in.range(0, 20), Dv = in.range(1, 20);
@@ -71,9 +81,9 @@ void fuzz_sdpa(Input& in, std::mt19937& rng) {
                 : attend::TensorView::Dims{H * N * row, N * row, row, 1};
   };
   const float mag = in.flag() ? 1.0f : 8.0f;
-  const auto q = values(rng, static_cast<size_t>(std::max<int64_t>(1, B * Hq * Nq * (D + pad))), mag);
-  const auto k = values(rng, static_cast<size_t>(std::max<int64_t>(1, B * Hkv * Nk * (D + pad))), mag);
-  const auto v = values(rng, static_cast<size_t>(std::max<int64_t>(1, B * Hkv * Nk * (Dv + pad))), 1.0f);
+  auto q = values(rng, static_cast<size_t>(std::max<int64_t>(1, B * Hq * Nq * (D + pad))), mag);
+  auto k = values(rng, static_cast<size_t>(std::max<int64_t>(1, B * Hkv * Nk * (D + pad))), mag);
+  auto v = values(rng, static_cast<size_t>(std::max<int64_t>(1, B * Hkv * Nk * (Dv + pad))), 1.0f);
   std::vector<float> o(static_cast<size_t>(std::max<int64_t>(1, B * Hq * Nq * (Dv + pad))), 12345.0f);
   const attend::TensorView qv(q.data(), {B, Hq, Nq, D}, strides(Hq, Nq, D)),
       kv(k.data(), {B, Hkv, Nk, D}, strides(Hkv, Nk, D)), vv(v.data(), {B, Hkv, Nk, Dv}, strides(Hkv, Nk, Dv));
@@ -82,6 +92,29 @@ void fuzz_sdpa(Input& in, std::mt19937& rng) {
   if (twist == 1) ov = attend::TensorView(const_cast<float*>(q.data()), ov.shape(), ov.strides());  // aliases q
   if (twist == 2) ov = attend::TensorView(o.data(), ov.shape(), {0, 0, 0, 1});                      // self-aliasing
   if (twist == 3) ov = attend::TensorView(static_cast<const float*>(o.data()), ov.shape(), ov.strides());  // read-only
+  // 16-bit tensors (valid outputs only): q, k, v rounded to bf16/f16 — the f32 copies then hold the
+  // widened values the reference sees — and o f32 or of that dtype.
+  const uint8_t dmode = twist == 0 ? static_cast<uint8_t>(in.range(0, 4)) : 0;
+  const attend::DType dt = dmode <= 2 ? attend::DType::bf16 : attend::DType::f16;
+  const bool in16 = dmode != 0, out16 = dmode == 2 || dmode == 4;
+  std::vector<uint16_t> q16, k16, v16, o16(o.size(), 0x1234);
+  attend::TensorView cq = qv, ck = kv, cv = vv, co = ov;
+  if (in16) {
+    const auto to16 = [&](std::vector<float>& x, std::vector<uint16_t>& h) {
+      h.resize(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        h[i] = dt == attend::DType::bf16 ? attend::numeric::to_bf16(x[i]) : attend::numeric::to_f16(x[i]);
+        x[i] = dt == attend::DType::bf16 ? attend::numeric::from_bf16(h[i]) : attend::numeric::from_f16(h[i]);
+      }
+    };
+    to16(q, q16);
+    to16(k, k16);
+    to16(v, v16);
+    cq = attend::TensorView(static_cast<const void*>(q16.data()), dt, qv.shape(), qv.strides());
+    ck = attend::TensorView(static_cast<const void*>(k16.data()), dt, kv.shape(), kv.strides());
+    cv = attend::TensorView(static_cast<const void*>(v16.data()), dt, vv.shape(), vv.strides());
+    if (out16) co = attend::TensorView(static_cast<void*>(o16.data()), dt, ov.shape(), ov.strides());
+  }
 
   attend::SdpaOptions opt;
   opt.causal = in.flag();
@@ -109,16 +142,18 @@ void fuzz_sdpa(Input& in, std::mt19937& rng) {
   // it rejects is rejected too.
   bool query_rejected = false;
   try {
-    (void)attend::sdpa_workspace_bytes(qv, kv, vv, opt);
+    (void)attend::sdpa_workspace_bytes(cq, ck, cv, opt);
   } catch (const attend::Error&) {
     query_rejected = true;
   }
   const std::vector<float> before = o;
+  const std::vector<uint16_t> before16 = o16;
   try {
-    attend::scaled_dot_product_attention(qv, kv, vv, ov, opt);
+    attend::scaled_dot_product_attention(cq, ck, cv, co, opt);
     if (query_rejected) fail();
   } catch (const attend::Error&) {
     if (std::memcmp(before.data(), o.data(), o.size() * sizeof(float)) != 0) fail();  // rejected calls write nothing
+    if (before16 != o16) fail();
     return;
   }
   // Invalid outputs must be rejected. Zero strides alias only over a dimension longer than 1.
@@ -129,10 +164,15 @@ void fuzz_sdpa(Input& in, std::mt19937& rng) {
   for (int64_t b = 0, i = 0; b < B; ++b)
     for (int64_t h = 0; h < Hq; ++h)
       for (int64_t n = 0; n < Nq; ++n)
-        for (int64_t d = 0; d < Dv; ++d, ++i)
-          got[static_cast<size_t>(i)] =
-              o[static_cast<size_t>(b * ov.stride(0) + h * ov.stride(1) + n * ov.stride(2) + d)];
-  check_close(got, want, 1e-4, bf16_allowance(opt, static_cast<double>(D) * mag * mag, D));
+        for (int64_t d = 0; d < Dv; ++d, ++i) {
+          const size_t at = static_cast<size_t>(b * ov.stride(0) + h * ov.stride(1) + n * ov.stride(2) + d);
+          got[static_cast<size_t>(i)] = !out16                      ? o[at]
+                                        : dt == attend::DType::bf16 ? attend::numeric::from_bf16(o16[at])
+                                                                    : attend::numeric::from_f16(o16[at]);
+        }
+  // A 16-bit o adds half an ulp of each element (|o| ≤ 1: V is within ±1).
+  const double rounding = !out16 ? 0.0 : dt == attend::DType::bf16 ? 0x1p-9 : 0x1p-12;
+  check_close(got, want, 1e-4, bf16_allowance(opt, static_cast<double>(D) * mag * mag, D) + rounding);
 }
 
 // cached_attention: a cache with random prior lengths (appended through KVCache::append), then one
@@ -143,7 +183,8 @@ void fuzz_sdpa(Input& in, std::mt19937& rng) {
 void fuzz_cached(Input& in, std::mt19937& rng) {
   const int64_t Hkv = in.range(1, 2), G = in.range(1, 3), D = in.range(1, 20), B = in.range(1, 2), N = in.range(0, 6);
   const int64_t Hq = Hkv * G, capacity = in.range(1, 24);
-  attend::KVCache cache({Hkv, D, 3, capacity, attend::DType::f32});
+  const attend::DType storage = kStorage[in.range(0, 3)];
+  attend::KVCache cache({Hkv, D, 3, capacity, storage});
   // Host copy of what each slot holds: [slot][head][token][d] for K and V.
   std::vector<std::vector<float>> hk(3), hv(3);
   for (int64_t slot = 0; slot < 3; ++slot) {
@@ -151,8 +192,8 @@ void fuzz_cached(Input& in, std::mt19937& rng) {
     const auto k = values(rng, static_cast<size_t>(Hkv * n * D), 1.0f), v = values(rng, k.size(), 1.0f);
     cache.append(slot, attend::TensorView::dense(k.data(), {1, Hkv, n, D}),
                  attend::TensorView::dense(v.data(), {1, Hkv, n, D}));
-    hk[static_cast<size_t>(slot)] = k;
-    hv[static_cast<size_t>(slot)] = v;
+    hk[static_cast<size_t>(slot)] = stored(k, D, storage);
+    hv[static_cast<size_t>(slot)] = stored(v, D, storage);
   }
   std::vector<int64_t> seqs;
   for (int64_t b = 0; b < B; ++b) seqs.push_back(in.range(0, 3) == 0 ? in.range(-1, 3) : (b + in.range(0, 2)) % 3);
@@ -202,7 +243,8 @@ void fuzz_cached(Input& in, std::mt19937& rng) {
   const bool bad_view = twist == 1 || twist == 2 || twist == 4 || (twist == 3 && B * Hq * N > 1) ||
                         (twist == 5 && N > 1) || opt.window < 0;
   if (!distinct_valid || (bad_view && B * Hq * N * D > 0)) fail();  // should have been rejected
-  // Reference per batch entry over the host copy of the sequence plus the new tokens.
+  // Reference per batch entry over the host copy of the sequence plus the new tokens (as stored).
+  const std::vector<float> kns = stored(kn, D, storage), vns = stored(vn, D, storage);
   for (int64_t b = 0; b < B; ++b) {
     const size_t slot = static_cast<size_t>(seqs[static_cast<size_t>(b)]);
     const int64_t before = lengths_before[slot], total = before + N;
@@ -212,9 +254,9 @@ void fuzz_cached(Input& in, std::mt19937& rng) {
         for (int64_t d = 0; d < D; ++d) {
           const size_t at = static_cast<size_t>((h * total + t) * D + d);
           k[at] = t < before ? hk[slot][static_cast<size_t>((h * before + t) * D + d)]
-                             : kn[static_cast<size_t>(((b * Hkv + h) * N + t - before) * D + d)];
+                             : kns[static_cast<size_t>(((b * Hkv + h) * N + t - before) * D + d)];
           v[at] = t < before ? hv[slot][static_cast<size_t>((h * before + t) * D + d)]
-                             : vn[static_cast<size_t>(((b * Hkv + h) * N + t - before) * D + d)];
+                             : vns[static_cast<size_t>(((b * Hkv + h) * N + t - before) * D + d)];
         }
     attend::SdpaOptions ro;
     ro.causal = true;
@@ -333,7 +375,8 @@ void fuzz_layer(Input& in, std::mt19937& rng) {
 void fuzz_paged(Input& in, std::mt19937& rng) {
   const int64_t Hkv = in.range(1, 2), G = in.range(1, 4), D = 16 * in.range(1, 2) - in.range(0, 1) * 8;
   const int64_t Hq = Hkv * G, bt = 16 * in.range(1, 2), blocks = in.range(1, 12);
-  attend::PagedKVCache cache({Hkv, D, blocks, bt, attend::DType::f32});
+  const attend::DType storage = kStorage[in.range(0, 3)];
+  attend::PagedKVCache cache({Hkv, D, blocks, bt, storage});
   // Host copy of each sequence: [head][token][d] for K and V.
   struct Host {
     int64_t id;
@@ -350,10 +393,11 @@ void fuzz_paged(Input& in, std::mt19937& rng) {
       h.v = seqs.back().v;
     }
     const int64_t n = in.range(0, 40);
-    const auto k = values(rng, static_cast<size_t>(Hkv * n * D), 1.0f), v = values(rng, k.size(), 1.0f);
+    const auto k0 = values(rng, static_cast<size_t>(Hkv * n * D), 1.0f), v0 = values(rng, k0.size(), 1.0f);
+    const std::vector<float> k = stored(k0, D, storage), v = stored(v0, D, storage);  // (the host copy)
     try {
-      cache.append(h.id, attend::TensorView::dense(k.data(), {1, Hkv, n, D}),
-                   attend::TensorView::dense(v.data(), {1, Hkv, n, D}));
+      cache.append(h.id, attend::TensorView::dense(k0.data(), {1, Hkv, n, D}),
+                   attend::TensorView::dense(v0.data(), {1, Hkv, n, D}));
       for (int64_t hh = 0; hh < Hkv; ++hh) {
         h.k[static_cast<size_t>(hh)].insert(h.k[static_cast<size_t>(hh)].end(), k.begin() + hh * n * D,
                                             k.begin() + (hh + 1) * n * D);
@@ -413,7 +457,8 @@ void fuzz_paged(Input& in, std::mt19937& rng) {
   for (size_t i = 1; i < chunks.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (chunks[i].seq == chunks[j].seq) fail();
-  // Reference per chunk over the sequence's history plus its new tokens.
+  // Reference per chunk over the sequence's history plus its new tokens (as stored).
+  const std::vector<float> kns = stored(kn, D, storage), vns = stored(vn, D, storage);
   int64_t first = 0;
   for (const auto& c : chunks) {
     const Host* h = nullptr;
@@ -430,9 +475,9 @@ void fuzz_paged(Input& in, std::mt19937& rng) {
           const size_t at = static_cast<size_t>((hh * total + t) * D + d);
           const bool old = t < before;
           k[at] = old ? h->k[static_cast<size_t>(hh)][static_cast<size_t>(t * D + d)]
-                      : kn[static_cast<size_t>(((first + t - before) * Hkv + hh) * D + d)];
+                      : kns[static_cast<size_t>(((first + t - before) * Hkv + hh) * D + d)];
           v[at] = old ? h->v[static_cast<size_t>(hh)][static_cast<size_t>(t * D + d)]
-                      : vn[static_cast<size_t>(((first + t - before) * Hkv + hh) * D + d)];
+                      : vns[static_cast<size_t>(((first + t - before) * Hkv + hh) * D + d)];
         }
     attend::SdpaOptions ref;
     ref.causal = true;
