@@ -1,4 +1,4 @@
-// layer/<impl>/<shape>: the whole attention layer, impl ∈ {attend, attend-bf16w, onednn}, plus
+// layer/<impl>/<shape>: the whole attention layer, impl ∈ {attend, attend-bf16w, attend-bf16, onednn}, plus
 // layer/attend-gemm (attend's projection GEMMs alone) and layer/attend-attn (its attention alone),
 // so the summary can show the layer costs no more than its parts (no hidden copies).
 // Decode entries also time a plain read of the bytes they stream (weights + cached K/V) right
@@ -126,9 +126,18 @@ KVCache filled_cache(const LayerShape& s, const LayerData& d, DType dtype = DTyp
   return cache;
 }
 
-void bm_attend_layer(benchmark::State& state, const NamedLayer* nl, DType wdt, DType cache_dtype) {
+// `act`: the activations' dtype (x and y); bf16 runs the attention with fpmath = bf16 too — the
+// whole layer as a bf16 model calls it.
+void bm_attend_layer(benchmark::State& state, const NamedLayer* nl, DType wdt, DType cache_dtype,
+                     DType act = DType::f32) {
   LayerData& d = layer_data(*nl);
   const LayerShape& s = nl->s;
+  const std::vector<uint16_t> x16 = act == DType::bf16 ? to_bf16(d.x) : std::vector<uint16_t>{};
+  std::vector<uint16_t> y16(x16.size());
+  const void* x = act == DType::bf16 ? static_cast<const void*>(x16.data()) : d.x.data();
+  void* y = act == DType::bf16 ? static_cast<void*>(y16.data()) : d.y.data();
+  MhaOptions opt;
+  if (act == DType::bf16) opt.fpmath = FpMath::bf16;
   MhaConfig cfg;
   cfg.d_model = s.dm;
   cfg.n_heads = s.hq;
@@ -148,12 +157,14 @@ void bm_attend_layer(benchmark::State& state, const NamedLayer* nl, DType wdt, D
     std::vector<int64_t> seqs(static_cast<size_t>(s.B));
     for (int64_t b = 0; b < s.B; ++b) seqs[static_cast<size_t>(b)] = b;
     timed_decode_steps(
-        state, cache, s.B, s.cache_len, [&] { layer.forward_cached(d.x.data(), d.y.data(), s.B, 1, cache, seqs); },
+        state, cache, s.B, s.cache_len, [&] { layer.forward_cached(x, act, y, act, s.B, 1, cache, seqs, opt); },
         [&] { read_step_bytes(d, wdt == DType::bf16 ? 2 : 1, cache_dtype == DType::f32 ? 1 : 2); });
-  } else if (wdt == DType::f32) {  // compute-bound: paired with an f32 FMA probe (peak_pct)
-    timed_loop_vs_peak(state, gemm_flops(s) + attn_flops(s), [&] { layer.forward(d.x.data(), d.y.data(), s.B, s.N); });
+  } else if (wdt == DType::f32 || act == DType::bf16) {
+    // Compute-bound: paired with the f32 FMA probe (peak_pct), the bf16 layer too, so the two
+    // compare at equal machine state (the GFLOP/s shares of one probe).
+    timed_loop_vs_peak(state, gemm_flops(s) + attn_flops(s), [&] { layer.forward(x, act, y, act, s.B, s.N, opt); });
   } else {
-    timed_loop(state, false, [&] { layer.forward(d.x.data(), d.y.data(), s.B, s.N); });
+    timed_loop(state, false, [&] { layer.forward(x, act, y, act, s.B, s.N, opt); });
   }
   counters(state, s, gemm_flops(s) + attn_flops(s),
            weight_bytes(s, wdt == DType::bf16 ? 2 : 4) + kv_bytes(s) * (cache_dtype == DType::f32 ? 1.0 : 0.5));
@@ -233,8 +244,10 @@ void register_layer_benchmarks() {
     };
     reg("attend", [&nl](benchmark::State& st) { bm_attend_layer(st, &nl, DType::f32, DType::f32); });
     reg("attend-bf16w", [&nl](benchmark::State& st) { bm_attend_layer(st, &nl, DType::bf16, DType::f32); });
-    if (decode(nl.s))  // bf16 weights and a bf16 KV cache: every large byte stream halved
-      reg("attend-bf16", [&nl](benchmark::State& st) { bm_attend_layer(st, &nl, DType::bf16, DType::bf16); });
+    // bf16 activations, weights and KV cache, fpmath = bf16: every large byte stream halved, every
+    // product on bf16 operands.
+    reg("attend-bf16",
+        [&nl](benchmark::State& st) { bm_attend_layer(st, &nl, DType::bf16, DType::bf16, DType::bf16); });
     reg("onednn", [&nl](benchmark::State& st) { bm_onednn_layer(st, &nl); });
     reg("attend-gemm", [&nl](benchmark::State& st) { bm_attend_gemm(st, &nl); });
     reg("attend-attn", [&nl](benchmark::State& st) { bm_attend_attn(st, &nl); });
@@ -290,23 +303,27 @@ void print_layer_prefill_summary(const SummaryReporter& rep, FILE* out) {
     if (decode(s)) continue;
     auto get = [&](const char* impl) { return rep.find(std::string("layer/") + impl + "/" + nl.name); };
     auto pct = [](const SummaryReporter::Entry* e) { return e ? e->peak_pct : 0.0; };
-    const auto *a = get("attend"), *dnn = get("onednn"), *g = get("attend-gemm"), *at = get("attend-attn");
+    const auto *a = get("attend"), *dnn = get("onednn"), *g = get("attend-gemm"), *at = get("attend-attn"),
+               *b16 = get("attend-bf16");
     if (pct(a) <= 0) continue;
     if (!any) {
       std::fprintf(
           out,
           "\nLayer prefill at equal compute (paired: %%pk* = the call's GFLOP/s as a share of a ~3 ms FMA probe "
           "run right after each call, median of the per-call ratios; * = the speed-up the medians would show "
-          "if both entries had met the same machine state)\n");
-      std::fprintf(out, "%-5s %9s %9s %9s %9s %8s %12s\n", "shape", "attend", "onednn", "gemm", "attn", "vs dnn*",
-                   "layer/parts*");
+          "if both entries had met the same machine state; bf16 = layer/attend-bf16: bf16 activations, "
+          "weights, cache, fpmath = bf16, its %%pk* of the same f32 FMA probe)\n");
+      std::fprintf(out, "%-5s %9s %9s %9s %9s %9s %8s %12s %9s\n", "shape", "attend", "onednn", "gemm", "attn", "bf16",
+                   "vs dnn*", "layer/parts*", "bf16/f32*");
       any = true;
     }
     const double fl = gemm_flops(s) + attn_flops(s);
     auto norm = [&](const SummaryReporter::Entry* e, double flops) { return pct(e) > 0 ? flops / pct(e) : 0.0; };
-    const double ta = norm(a, fl), tdnn = norm(dnn, fl), tparts = norm(g, gemm_flops(s)) + norm(at, attn_flops(s));
-    std::fprintf(out, "%-5s %8.1f%% %8.1f%% %8.1f%% %8.1f%% %7.2fx %12.2f\n", nl.name, pct(a), pct(dnn), pct(g),
-                 pct(at), tdnn > 0 ? tdnn / ta : 0.0, pct(g) > 0 && pct(at) > 0 ? ta / tparts : 0.0);
+    const double ta = norm(a, fl), tdnn = norm(dnn, fl), tparts = norm(g, gemm_flops(s)) + norm(at, attn_flops(s)),
+                 tb16 = norm(b16, fl);
+    std::fprintf(out, "%-5s %8.1f%% %8.1f%% %8.1f%% %8.1f%% %8.1f%% %7.2fx %12.2f %8.2fx\n", nl.name, pct(a), pct(dnn),
+                 pct(g), pct(at), pct(b16), tdnn > 0 ? tdnn / ta : 0.0, pct(g) > 0 && pct(at) > 0 ? ta / tparts : 0.0,
+                 tb16 > 0 ? ta / tb16 : 0.0);
   }
 }
 

@@ -89,11 +89,11 @@ struct MhaOptions {
 /// An immutable attention layer. Every member function is const and safe to call from many
 /// threads at once (each call takes its own workspace from its context; a KVCache is claimed by
 /// the call that modifies it, see KVCache).
-/// Activations are dense row-major f32: x and y are [batch, tokens, d_model]. Each call has a
-/// pointer form and a std::span form; the span form also checks that x and y hold exactly
-/// batch · tokens · d_model floats. batch = 0 or tokens = 0 is a valid call that computes nothing
-/// (set_memory then empties the sequences, as their whole memory is replaced by none).
-/// Every call validates its arguments first and throws attend::Error without writing anything.
+/// Activations are dense row-major: x and y are [batch, tokens, d_model], f32 (the pointer and
+/// std::span forms; the span form also checks that x and y hold exactly batch · tokens · d_model
+/// floats) or, through the forms that take a DType, bf16 or f16. batch = 0 or tokens = 0 is a valid call that computes
+/// nothing (set_memory then empties the sequences, as their whole memory is replaced by none). Every call validates its
+/// arguments first and throws attend::Error without writing anything.
 class ATTEND_API MultiHeadAttention {
  public:
   MultiHeadAttention(const MhaConfig& config, const MhaWeights& weights);
@@ -106,6 +106,13 @@ class ATTEND_API MultiHeadAttention {
 
   /// Self-attention over x without a cache. y may not overlap x.
   void forward(const float* x, float* y, int64_t batch, int64_t tokens, const MhaOptions& options = {}) const;
+  /// The same on activations of any dtype: x f32, bf16 or f16 (16-bit: uint16_t patterns), y f32
+  /// or x's dtype. bf16 x reaches bf16 weights' projections as it is (no conversion pass), and with
+  /// bf16 weights a bf16 y comes straight out of the output projection; other combinations convert
+  /// at the projection (f16 is widened, f32 x rounded for bf16 weights). The attention itself runs
+  /// on the projections' f32 output as always. forward_cached and forward_paged have the same form.
+  void forward(const void* x, DType x_dtype, void* y, DType y_dtype, int64_t batch, int64_t tokens,
+               const MhaOptions& options = {}) const;
   void forward(std::span<const float> x, std::span<float> y, int64_t batch, int64_t tokens,
                const MhaOptions& options = {}) const;
 
@@ -119,6 +126,8 @@ class ATTEND_API MultiHeadAttention {
                       std::span<const int64_t> seqs, const MhaOptions& options = {}) const;
   void forward_cached(std::span<const float> x, std::span<float> y, int64_t batch, int64_t tokens, KVCache& cache,
                       std::span<const int64_t> seqs, const MhaOptions& options = {}) const;
+  void forward_cached(const void* x, DType x_dtype, void* y, DType y_dtype, int64_t batch, int64_t tokens,
+                      KVCache& cache, std::span<const int64_t> seqs, const MhaOptions& options = {}) const;
 
   /// One continuous-batching step over a paged cache: x and y are [T, d_model] with the chunks'
   /// tokens packed in chunk order (T = Σ chunks[i].tokens). The Q/K/V projections of all T tokens
@@ -131,6 +140,8 @@ class ATTEND_API MultiHeadAttention {
   void forward_paged(const float* x, float* y, std::span<const SequenceChunk> chunks, PagedKVCache& cache,
                      const MhaOptions& options = {}) const;
   void forward_paged(std::span<const float> x, std::span<float> y, std::span<const SequenceChunk> chunks,
+                     PagedKVCache& cache, const MhaOptions& options = {}) const;
+  void forward_paged(const void* x, DType x_dtype, void* y, DType y_dtype, std::span<const SequenceChunk> chunks,
                      PagedKVCache& cache, const MhaOptions& options = {}) const;
 
   /// Cross-attention set-up: projects `memory` [batch, tokens, d_model] to K/V (no RoPE) and

@@ -21,6 +21,11 @@ namespace {
 
 std::string str(int64_t x) { return std::to_string(x); }
 
+// The projections' name for an activation dtype (checked by check_io).
+gemm::ActType act(DType t) {
+  return t == DType::bf16 ? gemm::ActType::bf16 : t == DType::f16 ? gemm::ActType::f16 : gemm::ActType::f32;
+}
+
 // Rows of the projection output for m tokens: Q rows `ldq` floats apart, K and V rows `ldkv` apart.
 struct Projected {
   float* q = nullptr;
@@ -74,14 +79,16 @@ struct MultiHeadAttention::Impl {
 
   // Workspace of projecting m rows (want_q / want_kv: which parts the caller needs; a fused layer
   // computes all of them in one GEMM regardless) and, with `out`, of the output projection.
-  void add_projection_needs(int64_t m, bool want_q, bool want_kv, bool out, detail::Needs& n) const {
+  // x of type xt in, y of type yt out (the projections' own conversions, gemm::Linear::run).
+  void add_projection_needs(int64_t m, bool want_q, bool want_kv, bool out, detail::Needs& n,
+                            gemm::ActType xt = gemm::ActType::f32, gemm::ActType yt = gemm::ActType::f32) const {
     n[detail::Slot::projection] += static_cast<size_t>(m * (q_out + 2 * kv_out));
     size_t g = 0;
-    if (qkv) g = std::max(g, qkv->scratch_floats(m));
-    if (q && want_q) g = std::max(g, q->scratch_floats(m));
-    if (kv && want_kv) g = std::max(g, kv->scratch_floats(m));
+    if (qkv) g = std::max(g, qkv->scratch_floats(m, xt));
+    if (q && want_q) g = std::max(g, q->scratch_floats(m, xt));
+    if (kv && want_kv) g = std::max(g, kv->scratch_floats(m, xt));
     if (out) {
-      g = std::max(g, o->scratch_floats(m));
+      g = std::max(g, o->scratch_floats(m, gemm::ActType::f32, yt));
       n[detail::Slot::attention_out] += static_cast<size_t>(m * q_out);
     }
     n[detail::Slot::gemm_scratch] = std::max(n[detail::Slot::gemm_scratch], g);
@@ -103,12 +110,13 @@ struct MultiHeadAttention::Impl {
     return p;
   }
 
-  void project(const float* x, int64_t m, bool want_q, bool want_kv, const Projected& p,
-               const detail::Lease& lease) const {
+  void project(const void* x, int64_t m, bool want_q, bool want_kv, const Projected& p, const detail::Lease& lease,
+               gemm::ActType xt = gemm::ActType::f32) const {
     float* scratch = lease.get(detail::Slot::gemm_scratch);
-    if (qkv) return qkv->run(x, p.q, m, lease.threads(), scratch);
-    if (want_q) q->run(x, p.q, m, lease.threads(), scratch);
-    if (want_kv) kv->run(x, p.k, m, lease.threads(), scratch);
+    constexpr gemm::ActType f32 = gemm::ActType::f32;
+    if (qkv) return qkv->run(x, xt, p.q, f32, m, lease.threads(), scratch);
+    if (want_q) q->run(x, xt, p.q, f32, m, lease.threads(), scratch);
+    if (want_kv) kv->run(x, xt, p.k, f32, m, lease.threads(), scratch);
   }
 
   // Views of the projection rows as [batch, heads, tokens, hd] (no copies).
@@ -153,12 +161,21 @@ struct MultiHeadAttention::Impl {
       }
   }
 
-  void check_io(const char* name, const float* x, const float* y, int64_t batch, int64_t tokens) const {
+  void check_io(const char* name, const void* x, const void* y, int64_t batch, int64_t tokens, DType xt = DType::f32,
+                DType yt = DType::f32) const {
     if (batch < 0 || tokens < 0) fail(std::string(name) + ": batch and tokens must be >= 0");
+    if (xt != DType::f32 && xt != DType::bf16 && xt != DType::f16)
+      fail(std::string(name) + ": x must be f32, bf16 or f16, got " + dtype_name(xt));
+    if (yt != DType::f32 && yt != xt)
+      fail(std::string(name) + ": y must be f32 or x's dtype (" + dtype_name(xt) + "), got " + dtype_name(yt));
     if (batch * tokens == 0) return;
     if (!x || !y) fail(std::string(name) + ": null input or output");
     const int64_t n = batch * tokens * dm;
-    if (x < y + n && y < x + n) fail(std::string(name) + ": output overlaps input");
+    const char* xb = static_cast<const char*>(x);
+    const char* yb = static_cast<const char*>(y);
+    const int64_t x_bytes = n * static_cast<int64_t>(dtype_size(xt)),
+                  y_bytes = n * static_cast<int64_t>(dtype_size(yt));
+    if (xb < yb + y_bytes && yb < xb + x_bytes) fail(std::string(name) + ": output overlaps input");
   }
 
   // The span forms: the buffers must hold exactly batch · tokens · d_model floats.
@@ -196,10 +213,11 @@ struct MultiHeadAttention::Impl {
   // up to max_keys keys, reserved in one step, so the byte limit is checked before anything is computed.
   // Returns where the projections land.
   Projected reserve(detail::Lease& lease, const char* who, const kernels::KernelTable* table, int64_t batch,
-                    int64_t tokens, int64_t max_keys, bool want_q, bool want_kv, bool out) const {
+                    int64_t tokens, int64_t max_keys, bool want_q, bool want_kv, bool out,
+                    gemm::ActType xt = gemm::ActType::f32, gemm::ActType yt = gemm::ActType::f32) const {
     const int64_t m = batch * tokens;
     detail::Needs needs;
-    add_projection_needs(m, want_q, want_kv, out, needs);
+    add_projection_needs(m, want_q, want_kv, out, needs, xt, yt);
     if (table) detail::add_attention_needs(*table, batch, hq, hkv, tokens, max_keys, hd, hd, lease.threads(), needs);
     lease.reserve(needs, who);
     return projected(lease, m);
@@ -228,9 +246,10 @@ struct MultiHeadAttention::Impl {
     return c;
   }
 
-  // Attention output rows → y through W_O.
-  void output(float* y, int64_t m, const detail::Lease& lease) const {
-    o->run(lease.get(detail::Slot::attention_out), y, m, lease.threads(), lease.get(detail::Slot::gemm_scratch));
+  // Attention output rows → y (of type yt) through W_O.
+  void output(void* y, int64_t m, const detail::Lease& lease, gemm::ActType yt = gemm::ActType::f32) const {
+    o->run(lease.get(detail::Slot::attention_out), gemm::ActType::f32, y, yt, m, lease.threads(),
+           lease.get(detail::Slot::gemm_scratch));
   }
 
   // Stores `tokens` K/V rows of each sequence as the start of its slot (cross-attention memory).
@@ -311,21 +330,27 @@ size_t MultiHeadAttention::weight_bytes() const {
 }
 
 void MultiHeadAttention::forward(const float* x, float* y, int64_t batch, int64_t tokens, const MhaOptions& opt) const {
+  forward(x, DType::f32, y, DType::f32, batch, tokens, opt);
+}
+
+void MultiHeadAttention::forward(const void* x, DType x_dtype, void* y, DType y_dtype, int64_t batch, int64_t tokens,
+                                 const MhaOptions& opt) const {
   const Impl& s = *impl_;
   const char* who = "MultiHeadAttention::forward";
-  s.check_io(who, x, y, batch, tokens);
+  s.check_io(who, x, y, batch, tokens, x_dtype, y_dtype);
   s.check_options(who, opt, {.causal = true, .lengths = true, .first_position = true}, batch, tokens);
   const kernels::KernelTable& table = detail::kernel_table(opt.isa, opt.fpmath);
   if (batch * tokens == 0) return;
   const int64_t m = batch * tokens;
   detail::Lease lease(opt.context, opt.num_threads);
-  const Projected p = s.reserve(lease, who, &table, batch, tokens, tokens, true, true, true);
+  const Projected p =
+      s.reserve(lease, who, &table, batch, tokens, tokens, true, true, true, act(x_dtype), act(y_dtype));
   detail::AttentionCall c = s.self_attention(who, opt, p, lease, batch, tokens);
   c.causal = opt.causal.value_or(s.cfg.causal);
   c.kv_lens = opt.lengths;
   const detail::Checked checked = detail::validate(c);
 
-  s.project(x, m, true, true, p, lease);
+  s.project(x, m, true, true, p, lease, act(x_dtype));
   if (s.cfg.rope) {
     const int64_t first = opt.first_position.value_or(0);
     auto pos = [&](int64_t, int64_t t) { return first + t; };
@@ -333,7 +358,7 @@ void MultiHeadAttention::forward(const float* x, float* y, int64_t batch, int64_
     s.rope(p.k, p.ldkv, s.hkv, batch, tokens, pos);
   }
   detail::execute(c, checked, table, lease);
-  s.output(y, m, lease);
+  s.output(y, m, lease, act(y_dtype));
 }
 
 void MultiHeadAttention::forward(std::span<const float> x, std::span<float> y, int64_t batch, int64_t tokens,
@@ -344,9 +369,15 @@ void MultiHeadAttention::forward(std::span<const float> x, std::span<float> y, i
 
 void MultiHeadAttention::forward_cached(const float* x, float* y, int64_t batch, int64_t tokens, KVCache& cache,
                                         std::span<const int64_t> seqs, const MhaOptions& opt) const {
+  forward_cached(x, DType::f32, y, DType::f32, batch, tokens, cache, seqs, opt);
+}
+
+void MultiHeadAttention::forward_cached(const void* x, DType x_dtype, void* y, DType y_dtype, int64_t batch,
+                                        int64_t tokens, KVCache& cache, std::span<const int64_t> seqs,
+                                        const MhaOptions& opt) const {
   const Impl& s = *impl_;
   const char* who = "MultiHeadAttention::forward_cached";
-  s.check_io(who, x, y, batch, tokens);
+  s.check_io(who, x, y, batch, tokens, x_dtype, y_dtype);
   s.check_options(who, opt, {.causal = true, .lengths = false, .first_position = true}, batch, tokens);
   if (opt.causal && !*opt.causal) fail(std::string(who) + ": attention over a cache is causal (causal = false given)");
   const detail::CacheUse use(cache, true, who);
@@ -356,7 +387,8 @@ void MultiHeadAttention::forward_cached(const float* x, float* y, int64_t batch,
   const int64_t m = batch * tokens;
   detail::Lease lease(opt.context, opt.num_threads);
   const int64_t max_keys = *std::max_element(start.begin(), start.end()) + tokens;
-  const Projected p = s.reserve(lease, who, &table, batch, tokens, max_keys, true, true, true);
+  const Projected p =
+      s.reserve(lease, who, &table, batch, tokens, max_keys, true, true, true, act(x_dtype), act(y_dtype));
   // Append and attend through the one attention path (all or nothing, see detail::execute).
   detail::AttentionCall c = s.self_attention(who, opt, p, lease, batch, tokens);
   c.cache = &cache;
@@ -365,7 +397,7 @@ void MultiHeadAttention::forward_cached(const float* x, float* y, int64_t batch,
   c.causal = true;
   const detail::Checked checked = detail::validate(c);
 
-  s.project(x, m, true, true, p, lease);
+  s.project(x, m, true, true, p, lease, act(x_dtype));
   if (s.cfg.rope) {
     auto pos = [&](int64_t b, int64_t t) {
       return (opt.first_position ? *opt.first_position : start[static_cast<size_t>(b)]) + t;
@@ -374,7 +406,7 @@ void MultiHeadAttention::forward_cached(const float* x, float* y, int64_t batch,
     s.rope(p.k, p.ldkv, s.hkv, batch, tokens, pos);
   }
   detail::execute(c, checked, table, lease);
-  s.output(y, m, lease);
+  s.output(y, m, lease, act(y_dtype));
 }
 
 void MultiHeadAttention::forward_cached(std::span<const float> x, std::span<float> y, int64_t batch, int64_t tokens,
@@ -385,6 +417,12 @@ void MultiHeadAttention::forward_cached(std::span<const float> x, std::span<floa
 
 void MultiHeadAttention::forward_paged(const float* x, float* y, std::span<const SequenceChunk> chunks,
                                        PagedKVCache& cache, const MhaOptions& opt) const {
+  forward_paged(x, DType::f32, y, DType::f32, chunks, cache, opt);
+}
+
+void MultiHeadAttention::forward_paged(const void* x, DType x_dtype, void* y, DType y_dtype,
+                                       std::span<const SequenceChunk> chunks, PagedKVCache& cache,
+                                       const MhaOptions& opt) const {
   const Impl& s = *impl_;
   const char* who = "MultiHeadAttention::forward_paged";
   int64_t T = 0;
@@ -393,7 +431,7 @@ void MultiHeadAttention::forward_paged(const float* x, float* y, std::span<const
       fail(std::string(who) + ": chunk of sequence " + str(c.seq) + " has " + str(c.tokens) + " tokens");
     T += c.tokens;
   }
-  s.check_io(who, x, y, 1, T);
+  s.check_io(who, x, y, 1, T, x_dtype, y_dtype);
   s.check_options(who, opt, {.causal = true}, 1, T);
   if (opt.causal && !*opt.causal) fail(std::string(who) + ": attention over a cache is causal (causal = false given)");
   const PagedKVCacheConfig& cc = cache.config();
@@ -405,13 +443,13 @@ void MultiHeadAttention::forward_paged(const float* x, float* y, std::span<const
   if (T == 0) return;
   detail::Lease lease(opt.context, opt.num_threads);
   detail::Needs needs;
-  s.add_projection_needs(T, true, true, true, needs);
+  s.add_projection_needs(T, true, true, true, needs, act(x_dtype), act(y_dtype));
   step.add_needs(table, s.hq, lease.threads(), needs);
   lease.reserve(needs, who);
   const Projected p = s.projected(lease, T);
   step.take_blocks();  // the pool's verdict before any work
 
-  s.project(x, T, true, true, p, lease);
+  s.project(x, T, true, true, p, lease, act(x_dtype));
   if (s.cfg.rope) {
     thread_local std::vector<int64_t> position;
     position.resize(static_cast<size_t>(T));
@@ -423,7 +461,7 @@ void MultiHeadAttention::forward_paged(const float* x, float* y, std::span<const
   }
   step.store(s.k_view(p, 1, T), s.v_view(p, 1, T), lease.threads());
   step.attend(s.q_view(p, 1, T), s.o_view(lease.get(detail::Slot::attention_out), 1, T), s.scale, 0, table, lease);
-  s.output(y, T, lease);
+  s.output(y, T, lease, act(y_dtype));
 }
 
 void MultiHeadAttention::forward_paged(std::span<const float> x, std::span<float> y,

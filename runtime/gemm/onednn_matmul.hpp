@@ -10,6 +10,9 @@
 namespace attend::gemm {
 
 enum class WeightType { f32, bf16 };
+/// Element type of the activations a projection reads (x) or writes (y); 16-bit ones are uint16_t
+/// patterns.
+enum class ActType { f32, bf16, f16 };
 
 /// y[m, out] = x[m, in] · W[in, out] + bias. W is copied at construction into the layout oneDNN's
 /// fastest kernel wants (prepacked once); primitives are created per row count m on first use and
@@ -23,11 +26,18 @@ class Linear {
   Linear(Linear&&) noexcept;
   Linear& operator=(Linear&&) noexcept;
 
-  /// Floats of scratch run() needs for m rows (oneDNN's scratchpad, and the bf16 copy of x).
-  size_t scratch_floats(int64_t m) const;
+  /// Floats of scratch run() needs for m rows of x of type `xt` into y of type `yt` (oneDNN's
+  /// scratchpad, and the converted copies of x or y where oneDNN cannot take them as they are).
+  size_t scratch_floats(int64_t m, ActType xt = ActType::f32, ActType yt = ActType::f32) const;
   /// x: [m, in] dense; y: [m, out] dense. Uses at most `threads` OpenMP threads (0 = default) and
-  /// `scratch` (scratch_floats(m) floats, 64-byte aligned, owned by this call).
-  void run(const float* x, float* y, int64_t m, int threads, float* scratch) const;
+  /// `scratch` (scratch_floats(m, xt, yt) floats, 64-byte aligned, owned by this call).
+  /// f32 weights read f32 x (16-bit x is widened first); bf16 weights read bf16 x as it is (f32 x is
+  /// rounded, f16 x converted, first). y comes straight out of oneDNN when it is f32, or bf16 with
+  /// bf16 weights; otherwise through an f32 copy rounded to y's type.
+  void run(const void* x, ActType xt, void* y, ActType yt, int64_t m, int threads, float* scratch) const;
+  void run(const float* x, float* y, int64_t m, int threads, float* scratch) const {
+    run(x, ActType::f32, y, ActType::f32, m, threads, scratch);
+  }
 
   int64_t in() const;
   int64_t out() const;

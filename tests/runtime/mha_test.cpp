@@ -12,11 +12,13 @@
 #include <attend/attend.hpp>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../../runtime/numeric/convert.hpp"
 #include "../reference/reference_layer.hpp"
 #include "../test_tensors.hpp"
 
@@ -344,6 +346,87 @@ TEST(LayerI8, I8CacheBound) {
                   static_cast<long long>(sh.dm), static_cast<long long>(sh.hq), static_cast<long long>(sh.hkv),
                   static_cast<long long>(sh.hd), dtype_name(dt), worst / scale);
       EXPECT_LT(worst / scale, dt == DType::f32 ? 2e-5 : 3e-2) << dtype_name(dt);
+    }
+  }
+}
+
+// Activations of every dtype through forward, forward_cached and forward_paged, with f32 and bf16
+// weights: x of bf16/f16 gives the bits of the f32 form on the widened values (y f32), and a
+// 16-bit y is that result rounded (within half an ulp; oneDNN writes a bf16 y itself with bf16
+// weights). Bad dtypes are rejected before anything is written.
+TEST_P(Layer, SixteenBitActivations) {
+  const LayerCase& c = GetParam();
+  Model m(c);
+  std::mt19937 rng(31);
+  const int64_t batch = 2, tokens = 9, n = batch * tokens * c.dm;
+  std::vector<float> x = random_vec(rng, static_cast<size_t>(n), 1.0f);
+  for (DType wdt : {DType::f32, DType::bf16}) {
+    const MultiHeadAttention layer = m.layer(wdt);
+    for (DType xt : {DType::bf16, DType::f16}) {
+      SCOPED_TRACE(std::string("weights ") + dtype_name(wdt) + ", x " + dtype_name(xt));
+      std::vector<uint16_t> x16(static_cast<size_t>(n));
+      std::vector<float> xw(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        x16[i] = xt == DType::bf16 ? numeric::to_bf16(x[i]) : numeric::to_f16(x[i]);
+        xw[i] = xt == DType::bf16 ? numeric::from_bf16(x16[i]) : numeric::from_f16(x16[i]);
+      }
+      const auto widen = [&](uint16_t h) { return xt == DType::bf16 ? numeric::from_bf16(h) : numeric::from_f16(h); };
+      // Runs one entry point with f32 activations (want) and with x16 into f32 and 16-bit y.
+      const auto check = [&](const char* what, auto&& run_f32, auto&& run_typed) {
+        std::vector<float> want(x.size()), got(x.size());
+        std::vector<uint16_t> got16(x.size());
+        run_f32(xw.data(), want.data());
+        run_typed(static_cast<const void*>(x16.data()), static_cast<void*>(got.data()), DType::f32);
+        run_typed(static_cast<const void*>(x16.data()), static_cast<void*>(got16.data()), xt);
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size())) << what << ": f32 y bits";
+        const double ulp = xt == DType::bf16 ? 0x1p-8 : 0x1p-11;
+        int64_t bad = 0;
+        for (size_t i = 0; i < want.size(); ++i)
+          // (f16 below 2^-14 is subnormal: its steps are 2^-24 however small the value)
+          if (!(std::abs(widen(got16[i]) - want[i]) <=
+                ulp * std::max<double>(std::abs(want[i]), xt == DType::f16 ? 0x1p-14 : 0.0)))
+            ++bad;
+        EXPECT_EQ(bad, 0) << what << ": 16-bit y is not the f32 result rounded";
+      };
+      check(
+          "forward", [&](const float* xi, float* yo) { layer.forward(xi, yo, batch, tokens); },
+          [&](const void* xi, void* yo, DType yt) { layer.forward(xi, xt, yo, yt, batch, tokens); });
+      check(
+          "forward_cached",
+          [&](const float* xi, float* yo) {
+            KVCache cache({c.hkv, c.hd, 2, 32, DType::bf16});
+            const int64_t seqs[] = {1, 0};
+            layer.forward_cached(xi, yo, batch, tokens, cache, seqs);
+          },
+          [&](const void* xi, void* yo, DType yt) {
+            KVCache cache({c.hkv, c.hd, 2, 32, DType::bf16});
+            const int64_t seqs[] = {1, 0};
+            layer.forward_cached(xi, xt, yo, yt, batch, tokens, cache, seqs);
+          });
+      check(
+          "forward_paged",
+          [&](const float* xi, float* yo) {
+            PagedKVCache cache({c.hkv, c.hd, 8, 16, DType::i8});
+            const SequenceChunk ch[] = {{cache.create_sequence(), 7}, {cache.create_sequence(), 11}};
+            layer.forward_paged(xi, yo, ch, cache);
+          },
+          [&](const void* xi, void* yo, DType yt) {
+            PagedKVCache cache({c.hkv, c.hd, 8, 16, DType::i8});
+            const SequenceChunk ch[] = {{cache.create_sequence(), 7}, {cache.create_sequence(), 11}};
+            layer.forward_paged(xi, xt, yo, yt, ch, cache);
+          });
+      // Against the reference too (the f32 layer's bound; bf16 weights 3e-2).
+      std::vector<float> y(x.size());
+      layer.forward(x16.data(), xt, y.data(), DType::f32, batch, tokens);
+      expect_close(y, m.ref.forward(xw, batch, tokens, false), wdt == DType::f32 ? 2e-5 : 3e-2, c.name);
+      // Rejected: y of the other 16-bit type, an unknown or i8 x; y untouched.
+      std::vector<uint16_t> y16(x.size(), 0x1234);
+      const DType other = xt == DType::bf16 ? DType::f16 : DType::bf16;
+      EXPECT_THROW(layer.forward(x16.data(), xt, y16.data(), other, batch, tokens), Error);
+      EXPECT_THROW(layer.forward(x16.data(), DType::i8, y16.data(), DType::f32, batch, tokens), Error);
+      EXPECT_THROW(layer.forward(x16.data(), static_cast<DType>(9), y16.data(), DType::f32, batch, tokens), Error);
+      EXPECT_THROW(layer.forward(x16.data(), xt, x16.data() + 1, xt, batch, tokens), Error);  // overlap
+      for (uint16_t h : y16) EXPECT_EQ(h, 0x1234);
     }
   }
 }
