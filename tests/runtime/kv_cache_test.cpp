@@ -20,6 +20,23 @@ namespace {
 
 class CachedAttention : public ::testing::TestWithParam<std::tuple<Isa, DType>> {};
 
+// The double reference of a causal (windowed) cache call over dense q [B, Hq, N, D] and the whole
+// K/V [B, Hkv, total, D] as a cache of `dtype` holds them (k and v are rounded in place).
+std::vector<double> reference_over_stored(const std::vector<float>& q, std::vector<float>& k, std::vector<float>& v,
+                                          int64_t B, int64_t Hq, int64_t Hkv, int64_t N, int64_t total, int64_t D,
+                                          int64_t window, DType dtype) {
+  for (size_t row = 0; row < k.size(); row += static_cast<size_t>(D)) {
+    round_trip_row(k.data() + row, D, dtype);
+    round_trip_row(v.data() + row, D, dtype);
+  }
+  SdpaOptions ref;
+  ref.causal = true;
+  ref.window = window;
+  return reference_attention(TensorView::dense(q.data(), {B, Hq, N, D}),
+                             TensorView::dense(static_cast<const float*>(k.data()), {B, Hkv, total, D}),
+                             TensorView::dense(static_cast<const float*>(v.data()), {B, Hkv, total, D}), ref);
+}
+
 TEST_P(CachedAttention, MatchesReferenceOverStoredValues) {
   const auto [isa, dtype] = GetParam();
   struct Case {
@@ -58,19 +75,7 @@ TEST_P(CachedAttention, MatchesReferenceOverStoredValues) {
         const std::vector<float> o(guarded.base(), guarded.base() + q.size());
         EXPECT_EQ(cache.length(2), total);
         EXPECT_EQ(cache.length(0), total);
-        // Reference over what the cache holds.
-        for (size_t row = 0; row < k.size(); row += static_cast<size_t>(D)) {
-          round_trip_row(k.data() + row, D, dtype);
-          round_trip_row(v.data() + row, D, dtype);
-        }
-        SdpaOptions ref;
-        ref.causal = true;
-        ref.window = window;
-        const auto want =
-            reference_attention(TensorView::dense(static_cast<const float*>(q.data()), {B, Hq, N, D}),
-                                TensorView::dense(static_cast<const float*>(k.data()), {B, Hkv, total, D}),
-                                TensorView::dense(static_cast<const float*>(v.data()), {B, Hkv, total, D}), ref);
-        EXPECT_TRUE(close_to(o, want, 1e-5));
+        EXPECT_TRUE(close_to(o, reference_over_stored(q, k, v, B, Hq, Hkv, N, total, D, window, dtype), 1e-5));
       }
 }
 
@@ -109,17 +114,7 @@ TEST_P(CachedAttention, NonFiniteTokenOutsideTheWindowStaysOut) {
                      TensorView(k.data() + prefix * D, {1, Hkv, N, D}, strides),
                      TensorView(v.data() + prefix * D, {1, Hkv, N, D}, strides), cache, seqs,
                      TensorView::dense(o.data(), {1, Hq, N, D}), opt);
-    for (size_t row = 0; row < k.size(); row += static_cast<size_t>(D)) {
-      round_trip_row(k.data() + row, D, dtype);
-      round_trip_row(v.data() + row, D, dtype);
-    }
-    SdpaOptions ref;
-    ref.causal = true;
-    ref.window = window;
-    const auto want =
-        reference_attention(TensorView::dense(static_cast<const float*>(q.data()), {1, Hq, N, D}),
-                            TensorView::dense(static_cast<const float*>(k.data()), {1, Hkv, total, D}),
-                            TensorView::dense(static_cast<const float*>(v.data()), {1, Hkv, total, D}), ref);
+    const auto want = reference_over_stored(q, k, v, 1, Hq, Hkv, N, total, D, window, dtype);
     std::vector<float> got;
     std::vector<double> ref_rows;
     for (int64_t h = 0; h < Hq; ++h)
