@@ -8,6 +8,7 @@
 #include <attend/isa.hpp>
 #include <attend/kv_cache.hpp>
 #include <attend/paged_kv_cache.hpp>
+#include <attend/sdpa.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -43,6 +44,16 @@ struct MhaConfig {
   /// for cross-attention, whose Q and K/V come from different sequences; self-attention calls
   /// then run two GEMMs.
   bool cross_attention = false;
+  /// Sliding window of self-attention (forward, forward_cached, forward_paged, attention_weights):
+  /// each query sees at most the `window` most recent positions up to its own (see
+  /// SdpaOptions::window; per layer, as Gemma and gpt-oss alternate them). 0 = none; must be ≥ 0.
+  int64_t window = 0;
+  /// Logit soft-capping of every call (SdpaOptions::softcap; Gemma 2 uses 50). 0 = none.
+  float softcap = 0.0f;
+  /// ALiBi slopes of self-attention, one per query head (SdpaOptions::alibi_slopes; see
+  /// attend::alibi_slopes() for BLOOM's), or empty. ALiBi replaces RoPE in those models; both may
+  /// be set. Positions are the cache positions, as for the causal mask.
+  std::vector<float> alibi_slopes{};
 };
 
 /// Weights as f32 buffers (copied at construction; the caller may free them afterwards).
@@ -59,6 +70,9 @@ struct MhaWeights {
   const float* k_bias = nullptr;
   const float* v_bias = nullptr;
   const float* o_bias = nullptr;
+  /// Learned attention sinks (gpt-oss), one logit per query head (n_heads floats), or null: see
+  /// SdpaOptions::sinks. Applied by every call.
+  const float* sinks = nullptr;
 };
 
 /// Options of every layer call (forward, forward_cached, set_memory, cross_attend,

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace attend {
 
@@ -25,6 +26,22 @@ struct SdpaOptions {
   /// most recent positions up to its own (with `causal`, exactly W keys at most). 0 = no window.
   /// Negative values are rejected.
   int64_t window = 0;
+
+  /// Logit soft-capping (Gemma 2) when > 0: each scaled score s becomes softcap·tanh(s / softcap)
+  /// before ALiBi, the bias and the masks. 0 (the default) = none. Negative or non-finite values
+  /// are rejected.
+  float softcap = 0.0f;
+
+  /// Attention sinks (gpt-oss): empty, or one finite logit per query head (size Hq), in the units of
+  /// the scaled scores. The softmax of a row includes the sink in its denominator only:
+  /// o_i = Σ_j e^(s_ij − m)·v_j / (e^(sink_h − m) + Σ_j e^(s_ij − m)), m = max(sink_h, max_j s_ij).
+  /// A row whose keys are all masked outputs zeros. The span must stay valid during the call.
+  std::span<const float> sinks{};
+
+  /// ALiBi (BLOOM, MPT): empty, or one finite slope per query head (size Hq); adds
+  /// slope_h·(j − p_i) to the score of query i and key j, with p_i = i + Nk − Nq (the positions of
+  /// the causal mask), so decode and chunked prefill agree. alibi_slopes() gives the usual slopes.
+  std::span<const float> alibi_slopes{};
 
   /// Per-batch valid key counts (padding in a batch of unequal lengths): keys j ≥ kv_lens[b] are
   /// masked for batch b. Empty (the default) means all Nk keys are valid. Size must be B and every
@@ -72,6 +89,11 @@ struct SdpaOptions {
 /// workspace limit cannot hold the call's workspace.
 ATTEND_API void scaled_dot_product_attention(const TensorView& q, const TensorView& k, const TensorView& v,
                                              const TensorView& o, const SdpaOptions& options = {});
+
+/// The ALiBi slopes of the paper (Press et al.) and BLOOM for `heads` heads: with n the largest
+/// power of two ≤ heads, head h < n gets 2^(−8(h+1)/n) and the remaining heads the odd-indexed
+/// slopes of 2n heads, 2^(−4(2k+1)/n). Throws attend::Error for heads ≤ 0.
+ATTEND_API std::vector<float> alibi_slopes(int64_t heads);
 
 /// Workspace in bytes a call with these shapes and options takes from its context, summed over its
 /// threads (each buffer rounded up to whole pages): per-thread tile scratch plus, for decode-shaped

@@ -62,6 +62,17 @@ void check_no_self_overlap(const char* who, const TensorView& t) {
   }
 }
 
+// An optional per-query-head array: empty, or Hq finite values.
+void check_per_head(const char* who, const char* name, std::span<const float> values, int64_t heads) {
+  if (values.empty()) return;
+  if (static_cast<int64_t>(values.size()) != heads)
+    fail(who, std::string(name) + " has " + std::to_string(values.size()) + " values, expected one per query head (" +
+                  std::to_string(heads) + ")");
+  for (size_t h = 0; h < values.size(); ++h)
+    if (!std::isfinite(values[h]))
+      fail(who, std::string(name) + "[" + std::to_string(h) + "] = " + std::to_string(values[h]) + " is not finite");
+}
+
 }  // namespace
 
 void check_dtype(const char* who, const char* name, const TensorView& t, const TensorView* like,
@@ -151,6 +162,10 @@ Checked validate(const AttentionCall& call) {
   if (call.check_output && !o.writable()) fail(who, "o is a read-only view (built from const float*)");
   if (!std::isfinite(call.scale)) fail(who, "scale must be finite");
   if (call.window < 0) fail(who, "window must be >= 0, got " + std::to_string(call.window));
+  if (!(call.softcap >= 0.0f) || !std::isfinite(call.softcap))
+    fail(who, "softcap must be finite and >= 0, got " + std::to_string(call.softcap));
+  check_per_head(who, "sinks", call.sinks, s.Hq);
+  check_per_head(who, "alibi_slopes", call.alibi_slopes, s.Hq);
   if (call.num_threads < 0) fail(who, "num_threads must be >= 0, got " + std::to_string(call.num_threads));
   const Extent oe = call.check_output ? extent(o) : Extent{};
   if (overlaps(oe, extent(q)) || overlaps(oe, extent(k)) || overlaps(oe, extent(v)))
@@ -198,6 +213,12 @@ Checked validate(const AttentionCall& call) {
   return s;
 }
 
+void set_score_terms(const AttentionCall& call, exec::Problem& p) {
+  p.softcap = call.softcap;
+  p.alibi = call.alibi_slopes.empty() ? nullptr : call.alibi_slopes.data();
+  p.sinks = call.sinks.empty() ? nullptr : call.sinks.data();
+}
+
 exec::Problem build_problem(const AttentionCall& call, const Checked& s) {
   const TensorView &q = call.q, &o = call.o;
   exec::Problem p;
@@ -214,6 +235,7 @@ exec::Problem build_problem(const AttentionCall& call, const Checked& s) {
   p.causal = call.causal;
   p.window = call.window;
   p.scale = s.scale;
+  set_score_terms(call, p);
   p.entries.resize(static_cast<size_t>(s.B));
   if (call.cache) {
     const KVCache& cache = *call.cache;
@@ -277,6 +299,9 @@ AttentionCall call_from_options(const char* who, const TensorView& q, const Tens
   c.scale = opt.scale;
   c.causal = opt.causal;
   c.window = opt.window;
+  c.softcap = opt.softcap;
+  c.sinks = opt.sinks;
+  c.alibi_slopes = opt.alibi_slopes;
   c.kv_lens = opt.kv_lens;
   c.bias = opt.bias;
   c.num_threads = opt.num_threads;

@@ -59,6 +59,8 @@ struct AttentionCall {
   float scale = 0.0f;  // 0 = 1/√D
   bool causal = false;
   int64_t window = 0;
+  float softcap = 0.0f;
+  std::span<const float> sinks, alibi_slopes;  // empty or Hq each
   std::span<const int64_t> kv_lens;
   TensorView bias;
   int num_threads = 0;
@@ -97,6 +99,9 @@ ATTEND_INTERNAL std::vector<int64_t> check_cache_batch(const char* who, const KV
 
 /// Builds the executor's job from a validated call (cache entries read the lengths after appending).
 ATTEND_INTERNAL exec::Problem build_problem(const AttentionCall& call, const Checked& checked);
+
+/// Copies the call's score terms (softcap, ALiBi slopes, sinks) into a problem.
+ATTEND_INTERNAL void set_score_terms(const AttentionCall& call, exec::Problem& p);
 
 /// The kernel table of `isa` (Isa::automatic: the active one); throws like a forced ISA does.
 ATTEND_INTERNAL const kernels::KernelTable& kernel_table(Isa isa, FpMath fpmath);

@@ -72,6 +72,7 @@ struct MultiHeadAttention::Impl {
   float scale = 1.0f;
   std::optional<gemm::Linear> qkv, q, kv, o;
   std::vector<double> inv_freq;  // RoPE: theta^(-2i/hd)
+  std::vector<float> sinks;      // n_heads logits, or empty
 
   gemm::WeightType wtype() const {
     return cfg.weight_dtype == DType::bf16 ? gemm::WeightType::bf16 : gemm::WeightType::f32;
@@ -235,10 +236,17 @@ struct MultiHeadAttention::Impl {
     return c;
   }
 
-  detail::AttentionCall call(const char* who, const MhaOptions& opt) const {
+  // The attention call's options; `self`: self-attention (the window and ALiBi apply).
+  detail::AttentionCall call(const char* who, const MhaOptions& opt, bool self = true) const {
     detail::AttentionCall c;
     c.who = who;
     c.scale = scale;
+    c.softcap = cfg.softcap;
+    c.sinks = sinks;
+    if (self) {
+      c.window = cfg.window;
+      c.alibi_slopes = cfg.alibi_slopes;
+    }
     c.num_threads = opt.num_threads;
     c.isa = opt.isa;
     c.fpmath = opt.fpmath;
@@ -281,6 +289,17 @@ MultiHeadAttention::MultiHeadAttention(const MhaConfig& config, const MhaWeights
   if (c.weight_dtype != DType::f32 && c.weight_dtype != DType::bf16)
     throw Error(ErrorCode::unsupported, std::string("MultiHeadAttention: ") + dtype_name(c.weight_dtype) +
                                             " weights are not supported (use f32 or bf16)");
+  if (c.window < 0) fail("window must be >= 0, got " + str(c.window));
+  if (!(c.softcap >= 0.0f) || !std::isfinite(c.softcap))
+    fail("softcap must be finite and >= 0, got " + std::to_string(c.softcap));
+  if (!c.alibi_slopes.empty() && static_cast<int64_t>(c.alibi_slopes.size()) != c.n_heads)
+    fail("alibi_slopes has " + str(static_cast<int64_t>(c.alibi_slopes.size())) + " values for " + str(c.n_heads) +
+         " heads");
+  for (float x : c.alibi_slopes)
+    if (!std::isfinite(x)) fail("alibi_slopes must be finite");
+  if (w.sinks)
+    for (int64_t h = 0; h < c.n_heads; ++h)
+      if (!std::isfinite(w.sinks[h])) fail("sinks[" + str(h) + "] is not finite");
   if (!w.q || !w.k || !w.v || !w.o) fail("weights q, k, v and o are required");
   if (c.bias && (!w.q_bias || !w.k_bias || !w.v_bias || !w.o_bias)) fail("config.bias needs all four biases");
   if (!c.bias && (w.q_bias || w.k_bias || w.v_bias || w.o_bias)) fail("biases given but config.bias is false");
@@ -292,6 +311,7 @@ MultiHeadAttention::MultiHeadAttention(const MhaConfig& config, const MhaWeights
   s.q_out = s.hq * s.hd;
   s.kv_out = s.hkv * s.hd;
   s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.hd)));
+  if (w.sinks) s.sinks.assign(w.sinks, w.sinks + s.hq);
   const bool out_in = w.layout == WeightLayout::out_in;
   const gemm::WeightType wt = s.wtype();
   if (!c.cross_attention) {
@@ -460,7 +480,8 @@ void MultiHeadAttention::forward_paged(const void* x, DType x_dtype, void* y, DT
     s.rope(p.k, p.ldkv, s.hkv, 1, T, pos);
   }
   step.store(s.k_view(p, 1, T), s.v_view(p, 1, T), lease.threads());
-  step.attend(s.q_view(p, 1, T), s.o_view(lease.get(detail::Slot::attention_out), 1, T), s.scale, 0, table, lease);
+  step.attend(s.q_view(p, 1, T), s.o_view(lease.get(detail::Slot::attention_out), 1, T), s.scale, s.call(who, opt),
+              table, lease);
   s.output(y, T, lease, act(y_dtype));
 }
 
@@ -515,7 +536,7 @@ void MultiHeadAttention::cross_attend(const float* x, float* y, int64_t batch, i
   detail::Lease lease(opt.context, opt.num_threads);
   const int64_t max_keys = *std::max_element(held.begin(), held.end());
   const Projected p = s.reserve(lease, who, &table, batch, tokens, max_keys, true, false, true);
-  detail::AttentionCall c = s.call(who, opt);
+  detail::AttentionCall c = s.call(who, opt, false);
   c.q = s.q_view(p, batch, tokens);
   // No new tokens: K/V come from the cache only.
   c.k = c.v = TensorView(static_cast<const float*>(nullptr), {batch, s.hkv, 0, s.hd}, {0, 0, 0, 1});
@@ -569,19 +590,26 @@ std::vector<float> MultiHeadAttention::attention_weights(const float* x, int64_t
       for (int64_t i = 0; i < tokens; ++i) {
         const float* q = p.q + (b * tokens + i) * p.ldq + h * s.hd;
         const int64_t visible = std::min(valid, causal ? i + 1 : tokens);
-        if (visible <= 0) continue;
-        double mx = -INFINITY, sum = 0.0;
-        for (int64_t j = 0; j < visible; ++j) {
+        const int64_t first = s.cfg.window > 0 ? std::max<int64_t>(0, i - s.cfg.window + 1) : 0;
+        if (visible <= first) continue;
+        const bool sink = !s.sinks.empty();
+        double mx = sink ? s.sinks[static_cast<size_t>(h)] : -INFINITY;
+        for (int64_t j = first; j < visible; ++j) {
           const float* k = p.k + (b * tokens + j) * p.ldkv + hk * s.hd;
           double dot = 0.0;
           for (int64_t d = 0; d < s.hd; ++d) dot += static_cast<double>(q[d]) * k[d];
-          row[static_cast<size_t>(j)] = dot * s.scale;
-          mx = std::max(mx, row[static_cast<size_t>(j)]);
+          double x = dot * s.scale;
+          if (s.cfg.softcap > 0.0f) x = s.cfg.softcap * std::tanh(x / s.cfg.softcap);
+          if (!s.cfg.alibi_slopes.empty())
+            x += static_cast<double>(s.cfg.alibi_slopes[static_cast<size_t>(h)]) * static_cast<double>(j - i);
+          row[static_cast<size_t>(j)] = x;
+          mx = std::max(mx, x);
         }
-        for (int64_t j = 0; j < visible; ++j)
+        double sum = sink ? std::exp(s.sinks[static_cast<size_t>(h)] - mx) : 0.0;  // a sink takes weight, no value
+        for (int64_t j = first; j < visible; ++j)
           sum += row[static_cast<size_t>(j)] = std::exp(row[static_cast<size_t>(j)] - mx);
         float* dst = out.data() + ((b * nh + hi) * tokens + i) * tokens;
-        for (int64_t j = 0; j < visible; ++j) dst[j] = static_cast<float>(row[static_cast<size_t>(j)] / sum);
+        for (int64_t j = first; j < visible; ++j) dst[j] = static_cast<float>(row[static_cast<size_t>(j)] / sum);
       }
     }
   }

@@ -379,7 +379,7 @@ void PagedStep::store(const TensorView& k, const TensorView& v, int threads) {
   for (size_t i = 0; i < n; ++i) s.seqs[i]->length = s.lengths[i] + chunks_[i].tokens;
 }
 
-void PagedStep::attend(const TensorView& q, const TensorView& o, float scale, int64_t window,
+void PagedStep::attend(const TensorView& q, const TensorView& o, float scale, const AttentionCall& call,
                        const kernels::KernelTable& table, const Lease& lease) {
   PagedKVCache::Impl& c = *cache_.impl_;
   Scratch& s = scratch_;
@@ -398,8 +398,9 @@ void PagedStep::attend(const TensorView& q, const TensorView& o, float scale, in
   p.page_stride = c.store.page_stride();
   p.scale_head_stride = p.k_head_stride / c.config.head_dim;
   p.causal = true;
-  p.window = window;
+  p.window = call.window;
   p.scale = scale;
+  set_score_terms(call, p);
   for (size_t i = 0; i < chunks_.size(); ++i) {
     exec::BatchEntry& e = p.entries[i];
     e.q = element_at(q, 0, 0, s.offsets[i]);
@@ -429,7 +430,7 @@ void paged_attention(const TensorView& q, const TensorView& k_new, const TensorV
   step.add_needs(table, checked.Hq, lease.threads(), needs);
   lease.reserve(needs, call.who);
   step.append(k_new, v_new, lease.threads());
-  step.attend(q, o, checked.scale, opt.window, table, lease);
+  step.attend(q, o, checked.scale, call, table, lease);
 }
 
 }  // namespace attend

@@ -11,6 +11,7 @@
 #include "../context/internal_api.hpp"
 #include "../context/workspace.hpp"
 #include "../exec/attention.hpp"
+#include "attention_call.hpp"
 
 namespace attend::detail {
 
@@ -39,9 +40,10 @@ class ATTEND_INTERNAL PagedStep {
     take_blocks();
     store(k, v, threads);
   }
-  /// Attention of q ([1, Hq, T, D]) over the appended sequences into o (validated by the caller).
-  void attend(const TensorView& q, const TensorView& o, float scale, int64_t window, const kernels::KernelTable& table,
-              const Lease& lease);
+  /// Attention of q ([1, Hq, T, D]) over the appended sequences into o (validated by the caller), with
+  /// `scale` and the window and score terms of `call` (its tensors are not read).
+  void attend(const TensorView& q, const TensorView& o, float scale, const AttentionCall& call,
+              const kernels::KernelTable& table, const Lease& lease);
 
   struct Scratch;  // per-thread buffers reused across calls (no allocation once warm)
 

@@ -172,6 +172,9 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     w.key_begin = std::min(e.num_keys, split * p.split_keys);
     w.key_end = std::min(e.num_keys, w.key_begin + p.split_keys);
     w.scale = pr.scale;
+    w.softcap = pr.softcap;
+    w.alibi = pr.alibi ? pr.alibi + h0 : nullptr;
+    w.sinks = pr.sinks ? pr.sinks + h0 : nullptr;
     w.o = static_cast<char*>(e.o) + h0 * pr.o_head_stride * o_elem;
     w.o_type = pr.o_type;
     w.o_head_stride = pr.o_head_stride;

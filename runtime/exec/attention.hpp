@@ -42,6 +42,11 @@ struct Problem {
   bool causal = false;
   int64_t window = 0;
   float scale = 1.0f;  // already resolved (no 0 = 1/√D here)
+  // Score terms (kernels::FlashWork): softcap (0 = none), and per query head ALiBi slopes and sink
+  // logits (null = none).
+  float softcap = 0.0f;
+  const float* alibi = nullptr;
+  const float* sinks = nullptr;
   /// How work is split. false (sdpa, the slot cache): the batch is planned as one — every entry
   /// gets the plan of the longest, with split-K sized for the whole batch; entries have one
   /// num_queries. true (paged calls): each entry is planned from its own shape alone, so its

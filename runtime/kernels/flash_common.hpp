@@ -48,6 +48,9 @@ struct RowMap {
     const int64_t off = w->num_keys - w->num_queries;
     return w->window > 0 ? max64(0, position(r) + off - w->window + 1) : 0;
   }
+  // Row r's ALiBi slope (0 without ALiBi) and bottom-right aligned position i + Nk − Nq.
+  float slope(int64_t r) const { return w->alibi ? w->alibi[head(r)] : 0.0f; }
+  float key_position(int64_t r) const { return static_cast<float>(position(r) + w->num_keys - w->num_queries); }
 };
 
 // Writes the block's result: normalised output, or the unnormalised partial state for split-K.
@@ -223,7 +226,7 @@ void pv_runs(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alph
 
 // Scratch layout, in floats, each part 64-byte aligned.
 struct Layout {
-  int64_t qt, st, oacc, kpanel, vpanel, m, l, alpha, ones, lo, hi, colmax, zeros, qstage, total;
+  int64_t qt, st, oacc, kpanel, vpanel, m, l, alpha, ones, lo, hi, colmax, slope, pos, zeros, qstage, total;
 };
 
 template <class Arch>
@@ -253,6 +256,8 @@ Layout make_layout(int64_t head_dim, int64_t value_dim, int64_t rows) {
   s.lo = take(rows_p);
   s.hi = take(rows_p);
   s.colmax = take(rows_p);
+  s.slope = take(rows_p);  // ALiBi: each row's slope and position (FlashWork::alibi)
+  s.pos = take(rows_p);
   s.zeros = take(dp);
   s.qstage = take(W * head_dim);  // W rows of a 16-bit Q widened before the transpose
   s.total = at;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "flash_common.hpp"
+#include "score_terms.hpp"
 #include "simd/exp2.hpp"
 #include "ukernel/blocked_key_scores.hpp"
 #include "ukernel/narrow_dot_scores.hpp"
@@ -66,8 +67,7 @@ template <class Arch>
 void narrow_init(const FlashWork& w, const NarrowRows& R, const NarrowHead& h) {
   const RowMap rows{&w};
   for (int64_t r = 0; r < R.nr; ++r) {
-    h.m[r] = kNegInf;
-    h.l[r] = 0.0f;
+    start_row_state(w, rows.head(r), h.m[r], h.l[r]);
     row_to_f32<Arch>(rows.q(r), w.q_type, R.depth, w.scale, h.qn + r * R.depth);
   }
   for (int64_t r = R.nr; r < R.row_pack; ++r) std::memset(h.qn + r * R.depth, 0, sizeof(float) * R.depth);
@@ -139,6 +139,7 @@ void narrow_softmax_phase(const FlashWork& w, const NarrowRows& R, const NarrowH
   const bool whole = R.max_lo <= j0 && R.min_hi >= j0 + nk;
   for (int64_t r = 0; r < R.nr; ++r) {
     float* sr = h.s + r * ldsn;
+    if (w.softcap > 0.0f || w.alibi) narrow_score_terms<Arch>(w, sr, j0, nkp, rows.slope(r), rows.key_position(r));
     if (w.bias) {
       const float* b = rows.bias(r) + j0 * w.bias_key_stride;
       for (int64_t jj = 0; jj < nk; ++jj) sr[jj] += b[jj * w.bias_key_stride];

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "flash_common.hpp"
+#include "score_terms.hpp"
 #include "simd/exp2.hpp"
 #include "simd/transpose.hpp"
 #include "ukernel/pv_tile.hpp"
@@ -103,6 +104,9 @@ void flash_wide(const FlashWork& w, float* scratch) {
   float* lo = scratch + L.lo;
   float* hi = scratch + L.hi;
   float* colmax = scratch + L.colmax;
+  float* slope = scratch + L.slope;
+  float* pos = scratch + L.pos;
+  const bool terms = w.softcap > 0.0f || w.alibi;
 
   // Qᵀ panel, pre-scaled; padded rows are zero and inherit the last row's mask so they never
   // widen the key range or force masking.
@@ -118,8 +122,14 @@ void flash_wide(const FlashWork& w, float* scratch) {
     }
     max_lo = max64(max_lo, rlo);
     min_hi = min64(min_hi, rhi);
-    m[r] = kNegInf;
-    l[r] = 0.0f;
+    slope[r] = rows.slope(rr);
+    pos[r] = rows.key_position(rr);
+    if (r < nr) {
+      start_row_state(w, rows.head(r), m[r], l[r]);
+    } else {
+      m[r] = kNegInf;
+      l[r] = 0.0f;
+    }
   }
   for (int64_t r0 = 0; r0 < ldr; r0 += W) {
     const float* src[W];
@@ -150,8 +160,9 @@ void flash_wide(const FlashWork& w, float* scratch) {
     // Tiles that every row sees whole skip the mask (and use the unguarded P·V).
     const bool whole = max_lo <= j0 && min_hi >= j0 + nk;
     // The column max comes out of the score microkernel, except where masking (or a bias) will
-    // still change the scores: a masked-out large logit must not become the reference.
-    const bool fuse_max = whole && !w.bias;
+    // still change the scores: a masked-out large logit must not become the reference. A softcap
+    // is monotonic and maps the column max through; ALiBi shifts each key differently.
+    const bool fuse_max = whole && !w.bias && !w.alibi;
     if (fuse_max)
       for (int64_t r = 0; r < ldr; r += W) B(kNegInf).store_aligned(colmax + r);
     if constexpr (kBf16Math) {
@@ -159,7 +170,12 @@ void flash_wide(const FlashWork& w, float* scratch) {
     } else {
       wide_scores<Arch>(w, src, scratch + L.kpanel, qt, ldr, nvr, j0, nk, st, fuse_max ? colmax : nullptr);
     }
-
+    if (terms) {
+      wide_score_terms<Arch>(w, st, ldr, nvr, j0, nk, slope, pos);
+      if (fuse_max)
+        for (int64_t r = 0; r < ldr; r += W)
+          softcap_f32<Arch>(B::load_aligned(colmax + r), w.softcap, 1.0f / w.softcap).store_aligned(colmax + r);
+    }
     if (w.bias) {
       for (int64_t r = 0; r < nr; ++r) {
         const float* b = rows.bias(r) + j0 * w.bias_key_stride;

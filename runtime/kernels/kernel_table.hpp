@@ -79,6 +79,16 @@ struct FlashWork {
 
   float scale;  // multiplies Q·Kᵀ (folded into Q once)
 
+  // Score terms, applied to each scaled score s of query row (g, i) and key j in this order, before
+  // the bias and the masks: softcap > 0: s ← softcap·tanh(s / softcap); alibi (slopes of the group's
+  // heads, alibi[g], or null): s += alibi[g]·(j − (i + Nk − Nq)). sinks (logits of the group's
+  // heads, or null): the softmax of row (g, i) has e^(sinks[g] − m) in its denominator; it enters
+  // the running sum of the work item holding key 0 (key_begin == 0), once, so split-K merges count
+  // it once.
+  float softcap;
+  const float* alibi;
+  const float* sinks;
+
   // Output, elements of `o_type`. Final: o[g*o_head_stride + i*o_row_stride + d], normalised.
   // Partial (split-K): per row r of the block, partial_ml[2*r] = running max of the scores,
   // partial_ml[2*r+1] = sum, partial_acc[r*value_dim + d] = unnormalised accumulator (f32).

@@ -1,5 +1,5 @@
-// The oracle: plain attention in double precision with the score matrix materialised, written
-// from the definition and sharing no code with the runtime. Mask semantics are restated here from
+// The oracle: plain attention (with every score term of SdpaOptions) in double precision with the score matrix
+// materialised, written from the definition and sharing no code with the runtime. Mask semantics are restated here from
 // the public header so a misreading in the kernels cannot hide in shared code.
 #pragma once
 
@@ -48,12 +48,19 @@ inline std::vector<double> reference_attention(const TensorView& q, const Tensor
           double dot = 0.0;
           for (int64_t d = 0; d < D; ++d) dot += at(q, b, h, i, d) * at(k, b, hk, j, d);
           s[j] = dot * scale;
+          // Model-family terms in Gemma 2's order: softcap, then ALiBi, then the bias.
+          if (opt.softcap > 0.0f) s[j] = opt.softcap * std::tanh(s[j] / opt.softcap);
+          if (!opt.alibi_slopes.empty())
+            s[j] += static_cast<double>(opt.alibi_slopes[h]) * static_cast<double>(j - pos);
           if (opt.bias.data()) s[j] += bias_at(opt.bias, b, h, i, j);
           mx = std::max(mx, s[j]);
         }
         double* o = &out[static_cast<size_t>(((b * Hq + h) * Nq + i) * Dv)];
-        if (mx == ninf) continue;  // fully masked row: zeros
-        double sum = 0.0;
+        if (mx == ninf) continue;  // fully masked row: zeros (with or without a sink)
+        // A sink adds e^(sink − m) to the denominator only, m counting the sink.
+        const bool sink = !opt.sinks.empty();
+        if (sink) mx = std::max(mx, static_cast<double>(opt.sinks[h]));
+        double sum = sink ? std::exp(static_cast<double>(opt.sinks[h]) - mx) : 0.0;
         for (int64_t j = 0; j < Nk; ++j) {
           s[j] = s[j] == ninf ? 0.0 : std::exp(s[j] - mx);
           sum += s[j];

@@ -14,6 +14,10 @@ struct RefLayer {
   bool rope = false;
   double theta = 10000.0;
   std::vector<float> wq, wk, wv, wo, bq, bk, bv, bo;  // [out, in]; biases may be empty
+  // Model-family terms (self-attention only for window and ALiBi, as MhaConfig says).
+  int64_t window = 0;
+  double softcap = 0.0;
+  std::vector<float> alibi, sinks;  // per query head, or empty
 
   // y = x·Wᵀ + b for rows of x (n rows of `in`).
   static std::vector<double> linear(const std::vector<double>& x, int64_t n, int64_t in, const std::vector<float>& w,
@@ -70,7 +74,8 @@ struct RefLayer {
         for (int64_t i = 0; i < tokens; ++i) {
           double mx = -INFINITY;
           for (int64_t j = 0; j < kv_tokens; ++j) {
-            const bool visible = j < valid && (!causal || j <= i + (kv_tokens - tokens));
+            const int64_t pos = i + (kv_tokens - tokens);
+            const bool visible = j < valid && (!causal || j <= pos) && (cross || window == 0 || j > pos - window);
             if (!visible) {
               s[static_cast<size_t>(j)] = -INFINITY;
               continue;
@@ -79,11 +84,16 @@ struct RefLayer {
             for (int64_t d = 0; d < hd; ++d)
               dot += q[static_cast<size_t>(((b * tokens + i) * hq + h) * hd + d)] *
                      k[static_cast<size_t>(((b * kv_tokens + j) * hkv + hk) * hd + d)];
-            s[static_cast<size_t>(j)] = dot * scale;
-            mx = std::max(mx, s[static_cast<size_t>(j)]);
+            double x = dot * scale;
+            if (softcap > 0.0) x = softcap * std::tanh(x / softcap);
+            if (!alibi.empty() && !cross) x += alibi[static_cast<size_t>(h)] * static_cast<double>(j - pos);
+            s[static_cast<size_t>(j)] = x;
+            mx = std::max(mx, x);
           }
           if (mx == -INFINITY) continue;
-          double sum = 0.0;
+          const double sink = sinks.empty() ? -INFINITY : sinks[static_cast<size_t>(h)];
+          mx = std::max(mx, sink);
+          double sum = sinks.empty() ? 0.0 : std::exp(sink - mx);
           for (double& e : s) sum += e = (e == -INFINITY ? 0.0 : std::exp(e - mx));
           for (int64_t j = 0; j < kv_tokens; ++j)
             for (int64_t d = 0; d < hd; ++d)

@@ -451,6 +451,100 @@ TEST_P(Layer, CrossAttentionMatchesReference) {
   }
 }
 
+// The model-family terms through the layer (MhaConfig::window, softcap, alibi_slopes and
+// MhaWeights::sinks): forward (causal or not), prefill then decode through a slot cache and a paged
+// cache, and cross-attention (softcap and sinks only), each against the reference layer.
+TEST_P(Layer, ModelFamilyTerms) {
+  const LayerCase& c = GetParam();
+  Model m(c);
+  std::mt19937 rng(17);
+  m.ref.window = 6;
+  m.ref.softcap = 2.0;
+  m.ref.alibi = alibi_slopes(c.hq);
+  m.ref.sinks = random_vec(rng, static_cast<size_t>(c.hq), 1.5f);
+  MhaConfig cfg = m.cfg;
+  cfg.window = m.ref.window;
+  cfg.softcap = static_cast<float>(m.ref.softcap);
+  cfg.alibi_slopes = m.ref.alibi;
+  MhaWeights w = m.weights();
+  w.sinks = m.ref.sinks.data();
+  const MultiHeadAttention layer(cfg, w);
+  const int64_t n = 11, steps = 4, total = n + steps;
+  const auto x = random_vec(rng, static_cast<size_t>(2 * total * c.dm), 1.0f);
+  for (bool causal : {false, true}) {
+    std::vector<float> y(x.size());
+    MhaOptions opt;
+    opt.causal = causal;
+    layer.forward(x.data(), y.data(), 2, total, opt);
+    expect_close(y, m.ref.forward(x, 2, total, causal), 2e-5, c.name + (causal ? " causal" : " not causal"));
+  }
+  const std::vector<float> x1(x.begin(), x.begin() + total * c.dm);
+  const std::vector<double> want = m.ref.forward(x1, 1, total, true);
+  {
+    KVCache cache({c.hkv, c.hd, 1, 64, DType::f32});
+    std::vector<float> y(x1.size());
+    const int64_t seq[] = {0};
+    layer.forward_cached(x1.data(), y.data(), 1, n, cache, seq);
+    for (int64_t t = n; t < total; ++t)
+      layer.forward_cached(x1.data() + t * c.dm, y.data() + t * c.dm, 1, 1, cache, seq);
+    expect_close(y, want, 2e-5, c.name + " forward_cached");
+  }
+  {
+    PagedKVCache cache({c.hkv, c.hd, 8, 16, DType::f32});
+    const int64_t id = cache.create_sequence();
+    std::vector<float> y(x1.size());
+    const SequenceChunk prompt[] = {{id, n}};
+    layer.forward_paged(x1.data(), y.data(), prompt, cache);
+    for (int64_t t = n; t < total; ++t) {
+      const SequenceChunk step[] = {{id, 1}};
+      layer.forward_paged(x1.data() + t * c.dm, y.data() + t * c.dm, step, cache);
+    }
+    expect_close(y, want, 2e-5, c.name + " forward_paged");
+  }
+  {
+    MhaConfig cross = cfg;
+    cross.cross_attention = true;
+    const MultiHeadAttention cl(cross, w);
+    const int64_t mem = 9;
+    const auto memory = random_vec(rng, static_cast<size_t>(mem * c.dm), 1.0f);
+    KVCache cache({c.hkv, c.hd, 1, 16, DType::f32});
+    const int64_t seq[] = {0};
+    cl.set_memory(memory.data(), 1, mem, cache, seq);
+    std::vector<float> y(static_cast<size_t>(3 * c.dm));
+    cl.cross_attend(x1.data(), y.data(), 1, 3, cache, seq);
+    expect_close(y,
+                 m.ref.forward(std::vector<float>(x1.begin(), x1.begin() + 3 * c.dm), 1, 3, false, {}, 0, &memory, mem),
+                 2e-5, c.name + " cross_attend");
+  }
+  // attention_weights: the rows of the same softmax (a sink takes weight: rows sum below 1).
+  const int64_t heads[] = {0};
+  const std::vector<float> aw = layer.attention_weights(x1.data(), 1, total, heads);
+  double row_sum = 0.0;
+  for (int64_t j = 0; j < total; ++j) row_sum += aw[static_cast<size_t>((total - 1) * total + j)];
+  EXPECT_LT(row_sum, 1.0);
+  EXPECT_GT(row_sum, 0.0);
+  EXPECT_EQ(aw[static_cast<size_t>((total - 1) * total + (total - 1 - m.ref.window))], 0.0f) << "outside the window";
+}
+
+TEST(Layer, ModelFamilyTermsRejected) {
+  Model m({"mha", 64, 4, 4, 16});
+  const std::vector<float> nan_sinks = {0.0f, NAN, 0.0f, 0.0f};
+  auto build = [&](auto edit, const float* sinks = nullptr) {
+    MhaConfig cfg = m.cfg;
+    edit(cfg);
+    MhaWeights w = m.weights();
+    w.sinks = sinks;
+    return MultiHeadAttention(cfg, w);
+  };
+  EXPECT_THROW(build([](MhaConfig& c) { c.window = -1; }), Error);
+  EXPECT_THROW(build([](MhaConfig& c) { c.softcap = -2.0f; }), Error);
+  EXPECT_THROW(build([](MhaConfig& c) { c.softcap = INFINITY; }), Error);
+  EXPECT_THROW(build([](MhaConfig& c) { c.alibi_slopes = {1.0f, 2.0f}; }), Error);
+  EXPECT_THROW(build([](MhaConfig& c) { c.alibi_slopes = {1.0f, 2.0f, NAN, 1.0f}; }), Error);
+  EXPECT_THROW(build([](MhaConfig&) {}, nan_sinks.data()), Error);
+  EXPECT_NO_THROW(build([](MhaConfig& c) { c.alibi_slopes = alibi_slopes(4); }));
+}
+
 INSTANTIATE_TEST_SUITE_P(Configs, Layer, ::testing::ValuesIn(layer_cases()),
                          [](const ::testing::TestParamInfo<LayerCase>& i) { return i.param.name; });
 

@@ -1,0 +1,86 @@
+// The score terms of model families (FlashWork::softcap, alibi, sinks), applied to a tile of scaled
+// scores before the bias and the masks: logit soft-capping (Gemma 2), ALiBi (BLOOM, MPT) and the
+// running-state start of attention sinks (gpt-oss).
+#pragma once
+
+#include "kernel_table.hpp"
+#include "simd/exp2.hpp"
+
+namespace attend::kernels {
+namespace {
+
+// tanh(x) in f32, relative error ≤ ~3e-7: an odd Taylor polynomial to x¹¹ below |x| = 1/4 (where
+// (1 − t)/(1 + t) would lose bits to cancellation), (1 − t)/(1 + t) with t = e^(−2|x|) above; the
+// sign is copied back. tanh(±inf) = ±1, NaN stays NaN.
+template <class Arch>
+inline vfloat<Arch> tanh_f32(vfloat<Arch> x) {
+  using B = vfloat<Arch>;
+  const B ax = xsimd::abs(x);
+  const B t = exp2_nonpositive<Arch>(ax * B(-2.0f * kLog2e));
+  const B large = (B(1.0f) - t) / (B(1.0f) + t);
+  const B x2 = ax * ax;
+  B p = B(-1382.0f / 155925.0f);
+  p = xsimd::fma(p, x2, B(62.0f / 2835.0f));
+  p = xsimd::fma(p, x2, B(-17.0f / 315.0f));
+  p = xsimd::fma(p, x2, B(2.0f / 15.0f));
+  p = xsimd::fma(p, x2, B(-1.0f / 3.0f));
+  const B small = xsimd::fma(ax * x2, p, ax);
+  return xsimd::select(ax < B(0.25f), small, large) | xsimd::bitofsign(x);
+}
+
+// cap·tanh(s / cap).
+template <class Arch>
+inline vfloat<Arch> softcap_f32(vfloat<Arch> s, float cap, float inv_cap) {
+  using B = vfloat<Arch>;
+  return B(cap) * tanh_f32<Arch>(s * B(inv_cap));
+}
+
+// Wide path: Sᵀ (keys × ldr rows) for keys [j0, j0 + nk); slope[r] and pos[r] per padded row.
+template <class Arch>
+void wide_score_terms(const FlashWork& w, float* st, int64_t ldr, int nvr, int64_t j0, int64_t nk, const float* slope,
+                      const float* pos) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  const float cap = w.softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
+  for (int64_t jj = 0; jj < nk; ++jj) {
+    const B jf(static_cast<float>(j0 + jj));
+    for (int n = 0; n < nvr; ++n) {
+      float* s = st + jj * ldr + n * W;
+      B x = B::load_aligned(s);
+      if (cap > 0.0f) x = softcap_f32<Arch>(x, cap, inv_cap);
+      if (w.alibi) x = xsimd::fma(B::load_aligned(slope + n * W), jf - B::load_aligned(pos + n * W), x);
+      x.store_aligned(s);
+    }
+  }
+}
+
+// Narrow path: one row's scores s[0, nkp) for keys j0 + jj; `slope` and `pos` of that row.
+template <class Arch>
+void narrow_score_terms(const FlashWork& w, float* s, int64_t j0, int64_t nkp, float slope, float pos) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  alignas(64) static constexpr float kIota[16] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  const float cap = w.softcap, inv_cap = cap > 0.0f ? 1.0f / cap : 0.0f;
+  const B iota = B::load_aligned(kIota);
+  for (int64_t jj = 0; jj < nkp; jj += W) {
+    B x = B::load_aligned(s + jj);
+    if (cap > 0.0f) x = softcap_f32<Arch>(x, cap, inv_cap);
+    if (w.alibi) x = xsimd::fma(B(slope), (iota + B(static_cast<float>(j0 + jj))) - B(pos), x);
+    x.store_aligned(s + jj);
+  }
+}
+
+// The running (max, sum) a row starts from: (sink, 1) — e^(sink − sink) — for the work item that
+// holds key 0 when the call has sinks, else (−inf, 0).
+inline void start_row_state(const FlashWork& w, int64_t head, float& m, float& l) {
+  if (w.sinks && w.key_begin == 0) {
+    m = w.sinks[head];
+    l = 1.0f;
+  } else {
+    m = kNegInf;
+    l = 0.0f;
+  }
+}
+
+}  // namespace
+}  // namespace attend::kernels
