@@ -80,7 +80,8 @@ class ATTEND_API KVCache {
 /// and v_new [B, Hkv, N, D] to slots seqs[b] (distinct), then computes
 /// o = softmax(q·Kᵀ·scale)·V over everything each slot then holds, causally — new token i sits at
 /// position length_before + i. q and o are [B, Hq, N, D] (strided views allowed, as for
-/// scaled_dot_product_attention). From `options` it honours scale, window, num_threads and isa;
+/// scaled_dot_product_attention). From `options` it honours scale, window, softcap, sinks,
+/// alibi_slopes, fpmath, num_threads and isa;
 /// causal is implied; kv_lens and bias are rejected (lengths come from the cache); context as for
 /// scaled_dot_product_attention. All or nothing: every check (shapes, negative strides, an output
 /// that is read-only, overlaps q/k_new/v_new or itself, sequence ids, capacity — ErrorCode::capacity

@@ -30,6 +30,15 @@ struct PagedKVCacheConfig {
 struct SequenceChunk {
   int64_t seq;
   int64_t tokens;
+  /// Tree verification (speculative decoding with a draft tree): empty (the default) for the
+  /// ordinary causal chain, else `tokens` entries: parents[t] is the index within the chunk of token
+  /// t's parent (an earlier index, < t) or −1 for a root. Token t then sees the sequence's earlier
+  /// tokens and exactly its ancestors in the chunk (and itself). Its position — for RoPE in the
+  /// layer, the window and ALiBi — is length_before + depth(t) (a root has depth 0), so an accepted
+  /// path computes what a chain of those tokens would. All chunk tokens are stored at their packed
+  /// index (length_before + t): PagedKVCache::keep then keeps the accepted ones. The span must stay
+  /// valid for the duration of the call.
+  std::span<const int32_t> parents{};
 };
 
 /// A pool of `num_blocks` blocks of `block_tokens` tokens; a sequence holds ceil(length /
@@ -81,6 +90,13 @@ class ATTEND_API PagedKVCache {
   /// Keeps the first `tokens` tokens of `seq` (0 ≤ tokens ≤ length): blocks past them are released
   /// (speculative-decode rollback, or freeing a preempted sequence's tail).
   void truncate(int64_t seq, int64_t tokens);
+  /// Rollback after tree verification: keeps the tokens of `seq` at `positions` (strictly
+  /// ascending, each in [first, length)), moved to first, first + 1, …, and drops every other token
+  /// from `first` on; the sequence then holds first + positions.size() tokens. Tokens before `first`
+  /// stay. A block shared with another sequence that a moved token lands in is copied first
+  /// (copy-on-write; ErrorCode::capacity with Error::blocks_missing if the pool is short). Bad
+  /// arguments throw attend::Error and change nothing.
+  void keep(int64_t seq, int64_t first, std::span<const int64_t> positions);
   /// Appends k and v ([1, kv_heads, n, head_dim] f32, any non-negative strides, last dimension
   /// contiguous) to `seq` without attending. All or nothing, like paged_attention.
   void append(int64_t seq, const TensorView& k, const TensorView& v);
@@ -117,7 +133,8 @@ class ATTEND_API PagedKVCache {
 /// sits at position length_before + t. tokens = 1 is a decode step, more a prompt chunk, 0 nothing;
 /// any mix in one call. Sequence ids in one call are distinct.
 ///
-/// From `options`: scale, window, num_threads, isa and context; kv_lens and bias are rejected.
+/// From `options`: scale, window, softcap, sinks, alibi_slopes, fpmath, num_threads, isa and context;
+/// kv_lens and bias are rejected.
 ///
 /// Batch invariance: a chunk's output rows are bitwise identical whether it is computed alone or
 /// with any other chunks, for any thread count — its work is split by its own shape only.

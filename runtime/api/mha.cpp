@@ -474,7 +474,7 @@ void MultiHeadAttention::forward_paged(const void* x, DType x_dtype, void* y, DT
     thread_local std::vector<int64_t> position;
     position.resize(static_cast<size_t>(T));
     for (size_t i = 0, t = 0; i < chunks.size(); ++i)
-      for (int64_t j = 0; j < chunks[i].tokens; ++j) position[t++] = step.length_before(i) + j;
+      for (int64_t j = 0; j < chunks[i].tokens; ++j) position[t++] = step.position(i, j);
     auto pos = [&](int64_t, int64_t t) { return position[static_cast<size_t>(t)]; };
     s.rope(p.q, p.ldq, s.hq, 1, T, pos);
     s.rope(p.k, p.ldkv, s.hkv, 1, T, pos);

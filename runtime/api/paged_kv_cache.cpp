@@ -209,6 +209,60 @@ void PagedKVCache::truncate(int64_t seq, int64_t tokens) {
   q.length = tokens;
 }
 
+void PagedKVCache::keep(int64_t seq, int64_t first, std::span<const int64_t> positions) {
+  const char* who = "PagedKVCache::keep";
+  Impl& s = *impl_;
+  Seq& q = s.claim(who, seq);
+  const Unclaim unclaim{q};
+  const int64_t len = q.length;
+  if (first < 0 || first > len)
+    Impl::fail(who, "first = " + str(first) + " is outside [0, " + str(len) + "] (sequence " + str(seq) + " holds " +
+                        str(len) + " tokens)");
+  for (size_t k = 0; k < positions.size(); ++k) {
+    const int64_t p = positions[k];
+    if (p < first || p >= len)
+      Impl::fail(who, "positions[" + str(static_cast<int64_t>(k)) + "] = " + str(p) +
+                          " is outside [first = " + str(first) + ", length = " + str(len) + ")");
+    if (k > 0 && p <= positions[k - 1])
+      Impl::fail(who, "positions must be strictly ascending: positions[" + str(static_cast<int64_t>(k)) +
+                          "] = " + str(p) + " follows " + str(positions[k - 1]));
+  }
+  const int64_t bt = s.bt(), kept = first + static_cast<int64_t>(positions.size());
+  std::lock_guard<std::mutex> lock(s.pool_mutex);
+  // Blocks a moved token lands in must be this sequence's alone: count the shared ones first (all
+  // or nothing), then copy them, then move the tokens (ascending: a destination never holds a
+  // token still to be read), then drop the tail.
+  int64_t shared = 0, counted = -1;  // destination blocks are ascending
+  for (size_t k = 0; k < positions.size(); ++k) {
+    const int64_t dst = first + static_cast<int64_t>(k);
+    if (positions[k] == dst || dst / bt == counted) continue;
+    counted = dst / bt;
+    if (s.refs[static_cast<size_t>(q.blocks[static_cast<size_t>(counted)])] > 1) ++shared;
+  }
+  const int64_t have = static_cast<int64_t>(s.free_list.size());
+  if (shared > have)
+    Impl::fail(who,
+               "the pool has " + str(have) + " free blocks; moving the kept tokens needs " + str(shared) +
+                   " copies of shared blocks (" + str(shared - have) + " missing)",
+               ErrorCode::capacity, shared - have);
+  for (size_t k = 0; k < positions.size(); ++k) {
+    const int64_t dst = first + static_cast<int64_t>(k), src = positions[k];
+    if (dst == src) continue;
+    int32_t& block = q.blocks[static_cast<size_t>(dst / bt)];
+    if (s.refs[static_cast<size_t>(block)] > 1) {  // copy-on-write of the block the token lands in
+      const int32_t copy = s.free_list.back();
+      s.free_list.pop_back();
+      s.store.copy_page(block, copy, std::min(bt, len - dst / bt * bt));
+      --s.refs[static_cast<size_t>(block)];
+      s.refs[static_cast<size_t>(copy)] = 1;
+      block = copy;
+    }
+    s.store.copy_token(q.blocks[static_cast<size_t>(src / bt)], src % bt, block, dst % bt);
+  }
+  s.drop(q, static_cast<size_t>(s.blocks_for(kept)));
+  q.length = kept;
+}
+
 int64_t PagedKVCache::free_blocks() const {
   std::lock_guard<std::mutex> lock(impl_->pool_mutex);
   return static_cast<int64_t>(impl_->free_list.size());
@@ -264,6 +318,11 @@ struct PagedStep::Scratch {
   std::vector<int64_t> lengths;  // before the call, per chunk
   std::vector<int64_t> sorted;   // ids, for the distinctness check
   std::vector<int64_t> offsets;  // first token of each chunk
+  // Tree chunks: each packed token's depth (0 for chain chunks' tokens: unused there), and the
+  // visibility bits of each tree chunk (built by attend), from tree_at[i].
+  std::vector<int32_t> depth;
+  std::vector<uint64_t> tree;
+  std::vector<size_t> tree_at;
   exec::Problem problem;
 };
 
@@ -282,13 +341,34 @@ PagedStep::PagedStep(const char* who, PagedKVCache& cache, std::span<const Seque
   s.lengths.clear();
   s.offsets.clear();
   s.sorted.clear();
+  s.depth.clear();
   int64_t total = 0;
   for (const SequenceChunk& ch : chunks) {
     if (ch.tokens < 0) Impl::fail(who, "chunk of sequence " + str(ch.seq) + " has " + str(ch.tokens) + " tokens");
+    if (!ch.parents.empty()) {
+      if (static_cast<int64_t>(ch.parents.size()) != ch.tokens)
+        Impl::fail(who, "chunk of sequence " + str(ch.seq) + " has " + str(ch.tokens) + " tokens but " +
+                            str(static_cast<int64_t>(ch.parents.size())) + " parents");
+      for (int64_t t = 0; t < ch.tokens; ++t) {
+        const int32_t p = ch.parents[static_cast<size_t>(t)];
+        if (p < -1 || p >= t)
+          Impl::fail(who, "chunk of sequence " + str(ch.seq) + ": parents[" + str(t) + "] = " + str(p) +
+                              " is not an earlier index of the chunk or -1 (the parents must form a forest in " +
+                              "token order)");
+      }
+    }
     s.offsets.push_back(total);
     total += ch.tokens;
     s.sorted.push_back(ch.seq);
   }
+  s.depth.resize(static_cast<size_t>(total));
+  for (size_t i = 0; i < chunks.size(); ++i)
+    for (int64_t t = 0; t < chunks[i].tokens; ++t) {
+      const int32_t p = chunks[i].parents.empty() ? -2 : chunks[i].parents[static_cast<size_t>(t)];
+      s.depth[static_cast<size_t>(s.offsets[i] + t)] = p == -2 ? static_cast<int32_t>(t)
+                                                       : p < 0 ? 0
+                                                               : s.depth[static_cast<size_t>(s.offsets[i] + p)] + 1;
+    }
   if (total != tokens)
     Impl::fail(who, "the chunks hold " + str(total) + " tokens but the tensors " + str(tokens) + " (T must be " +
                         "the sum of the chunks' tokens)");
@@ -316,6 +396,10 @@ PagedStep::~PagedStep() {
 }
 
 int64_t PagedStep::length_before(size_t i) const { return scratch_.lengths[i]; }
+
+int64_t PagedStep::position(size_t i, int64_t t) const {
+  return scratch_.lengths[i] + scratch_.depth[static_cast<size_t>(scratch_.offsets[i] + t)];
+}
 
 void PagedStep::add_needs(const kernels::KernelTable& table, int64_t q_heads, int threads, Needs& needs) {
   const PagedKVCacheConfig& cfg = cache_.config();
@@ -401,8 +485,44 @@ void PagedStep::attend(const TensorView& q, const TensorView& o, float scale, co
   p.window = call.window;
   p.scale = scale;
   set_score_terms(call, p);
+  // Tree chunks: row t's bits are its parent's plus itself, less the ancestors outside the window
+  // (depth distance ≥ window).
+  s.tree_at.assign(chunks_.size(), 0);
+  size_t words_total = 0;
+  for (size_t i = 0; i < chunks_.size(); ++i)
+    if (!chunks_[i].parents.empty()) {
+      s.tree_at[i] = words_total;
+      words_total += static_cast<size_t>(chunks_[i].tokens * ((chunks_[i].tokens + 63) / 64));
+    }
+  s.tree.assign(words_total, 0);
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    const SequenceChunk& ch = chunks_[i];
+    if (ch.parents.empty()) continue;
+    const int64_t words = (ch.tokens + 63) / 64;
+    uint64_t* bits = s.tree.data() + s.tree_at[i];
+    const int32_t* depth = s.depth.data() + s.offsets[i];
+    for (int64_t t = 0; t < ch.tokens; ++t) {
+      uint64_t* row = bits + t * words;
+      const int32_t parent = ch.parents[static_cast<size_t>(t)];
+      if (parent >= 0) std::copy(bits + parent * words, bits + (parent + 1) * words, row);
+      row[t / 64] |= uint64_t{1} << (t % 64);
+    }
+    if (call.window > 0)
+      for (int64_t t = 0; t < ch.tokens; ++t)
+        for (int64_t c = 0; c < t; ++c)
+          if (depth[t] - depth[c] >= call.window) bits[t * words + c / 64] &= ~(uint64_t{1} << (c % 64));
+  }
   for (size_t i = 0; i < chunks_.size(); ++i) {
     exec::BatchEntry& e = p.entries[i];
+    if (!chunks_[i].parents.empty()) {
+      e.tree = s.tree.data() + s.tree_at[i];
+      e.tree_words = (chunks_[i].tokens + 63) / 64;
+      e.tree_depth = s.depth.data() + s.offsets[i];
+    } else {
+      e.tree = nullptr;
+      e.tree_words = 0;
+      e.tree_depth = nullptr;
+    }
     e.q = element_at(q, 0, 0, s.offsets[i]);
     e.o = mutable_element_at(o, 0, 0, s.offsets[i]);
     e.k = c.store.keys(0);

@@ -27,6 +27,8 @@ class ATTEND_INTERNAL PagedStep {
 
   /// Tokens chunk i's sequence held before this call.
   int64_t length_before(size_t i) const;
+  /// The position of token t of chunk i: length_before(i) + t, or + its depth in a tree chunk.
+  int64_t position(size_t i, int64_t t) const;
   /// Adds the attention's workspace for q_heads query heads on `threads` threads.
   void add_needs(const kernels::KernelTable& table, int64_t q_heads, int threads, Needs& needs);
   /// Takes the blocks the chunks need (ErrorCode::capacity with Error::blocks_missing, nothing

@@ -197,4 +197,27 @@ void KvStore::copy_page(int64_t from, int64_t to, int64_t tokens) {
   }
 }
 
+void KvStore::copy_token(int64_t from, int64_t from_index, int64_t to, int64_t to_index) {
+  const int64_t B = kernels::kKeyBlock;
+  // K blocked: element d of token i at (i / B)·B·D + d·B + i % B.
+  const int64_t k_from = (from_index / B) * B * head_dim_ + from_index % B;
+  const int64_t k_to = (to_index / B) * B * head_dim_ + to_index % B;
+  for (int64_t h = 0; h < kv_heads_; ++h) {
+    unsigned char* ks = keys_ + at(from, h);
+    unsigned char* kd = keys_ + at(to, h);
+    for (int64_t d = 0; d < head_dim_; ++d)
+      std::memcpy(kd + static_cast<size_t>(k_to + d * B) * element_bytes_,
+                  ks + static_cast<size_t>(k_from + d * B) * element_bytes_, element_bytes_);
+    std::memcpy(values_ + at(to, h) + static_cast<size_t>(to_index * head_dim_) * element_bytes_,
+                values_ + at(from, h) + static_cast<size_t>(from_index * head_dim_) * element_bytes_,
+                static_cast<size_t>(head_dim_) * element_bytes_);
+    if (k_scales_) {
+      k_scales_[scale_at(to, h) + static_cast<size_t>(to_index)] =
+          k_scales_[scale_at(from, h) + static_cast<size_t>(from_index)];
+      v_scales_[scale_at(to, h) + static_cast<size_t>(to_index)] =
+          v_scales_[scale_at(from, h) + static_cast<size_t>(from_index)];
+    }
+  }
+}
+
 }  // namespace attend::detail

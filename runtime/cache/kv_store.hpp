@@ -51,6 +51,9 @@ class ATTEND_INTERNAL KvStore {
              int64_t v_stride, kernels::KvType src);
   /// Copies the first `tokens` tokens of every head of page `from` to page `to`.
   void copy_page(int64_t from, int64_t to, int64_t tokens);
+  /// Copies token `from_index` of page `from` to token `to_index` of page `to`, every head (K, V,
+  /// an i8 store's scales).
+  void copy_token(int64_t from, int64_t from_index, int64_t to, int64_t to_index);
 
  private:
   int64_t page_elems() const { return page_tokens_ * head_dim_; }

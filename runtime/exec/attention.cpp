@@ -175,6 +175,9 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     w.softcap = pr.softcap;
     w.alibi = pr.alibi ? pr.alibi + h0 : nullptr;
     w.sinks = pr.sinks ? pr.sinks + h0 : nullptr;
+    w.tree = e.tree;
+    w.tree_words = e.tree_words;
+    w.tree_depth = e.tree_depth;
     w.o = static_cast<char*>(e.o) + h0 * pr.o_head_stride * o_elem;
     w.o_type = pr.o_type;
     w.o_head_stride = pr.o_head_stride;

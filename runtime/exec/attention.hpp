@@ -26,6 +26,10 @@ struct BatchEntry {
   int64_t num_queries;  // Nq of this entry
   int64_t num_keys;     // Nk of this entry (causal alignment is bottom-right against it)
   int64_t valid_keys;   // keys >= valid_keys are masked (<= num_keys)
+  // A tree chunk (kernels::FlashWork::tree, tree_words, tree_depth), or null.
+  const uint64_t* tree = nullptr;
+  int64_t tree_words = 0;
+  const int32_t* tree_depth = nullptr;
 };
 
 struct Problem {

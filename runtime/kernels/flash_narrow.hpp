@@ -43,7 +43,7 @@ NarrowRows narrow_rows(const FlashWork& w) {
       R.key_hi = max64(R.key_hi, R.rhi[r]);
     }
     R.max_lo = max64(R.max_lo, R.rlo[r]);
-    R.min_hi = min64(R.min_hi, R.rhi[r]);
+    R.min_hi = min64(R.min_hi, w.tree ? min64(R.rhi[r], w.num_keys - w.num_queries) : R.rhi[r]);
   }
   // A blocked K is scored a whole block at a time: start at a block boundary (the keys before
   // key_lo are masked like any other invisible key; split-K ranges are block-aligned already).
@@ -151,6 +151,7 @@ void narrow_softmax_phase(const FlashWork& w, const NarrowRows& R, const NarrowH
       const auto visible = (jf >= lo_v) & (jf < hi_v);
       xsimd::select(visible, B::load_aligned(sr + jj), B(kNegInf)).store_aligned(sr + jj);
     }
+    if (w.tree && !whole) tree_terms(w, rows, h.s, ldsn, 1, r, r + 1, j0, nk);
     B mx(kNegInf);
     for (int64_t jj = 0; jj < nkp; jj += W) mx = xsimd::max(mx, B::load_aligned(sr + jj));
     const float tile_max = horizontal_max<Arch>(mx);

@@ -121,7 +121,8 @@ void flash_wide(const FlashWork& w, float* scratch) {
       key_hi = max64(key_hi, rhi);
     }
     max_lo = max64(max_lo, rlo);
-    min_hi = min64(min_hi, rhi);
+    // (a tree's chunk keys are masked per row: no tile holding them is whole)
+    min_hi = min64(min_hi, w.tree ? min64(rhi, w.num_keys - w.num_queries) : rhi);
     slope[r] = rows.slope(rr);
     pos[r] = rows.key_position(rr);
     if (r < nr) {
@@ -192,6 +193,7 @@ void flash_wide(const FlashWork& w, float* scratch) {
           xsimd::select(visible, B::load_aligned(s), B(kNegInf)).store_aligned(s);
         }
       }
+      if (w.tree) tree_terms(w, rows, st, 1, ldr, 0, nr, j0, nk);
     }
     // Online softmax down the columns of Sᵀ, W query rows at a time: new maxima and rescale
     // factors first, then the exponentials of all columns together.

@@ -89,6 +89,15 @@ struct FlashWork {
   const float* alibi;
   const float* sinks;
 
+  // Tree verification (a paged chunk with parents), else null. The chunk's tokens are the last
+  // Nq keys, from off = Nk − Nq; chunk token c sits at position off + tree_depth[c]. Query position
+  // i sees keys [lo(i), off) — lo from its position off + tree_depth[i] and the window — and chunk
+  // key off + c iff bit c of tree[i·tree_words + c / 64] is set (its ancestors and itself, within
+  // the window). ALiBi distances use these positions.
+  const uint64_t* tree;
+  int64_t tree_words;
+  const int32_t* tree_depth;
+
   // Output, elements of `o_type`. Final: o[g*o_head_stride + i*o_row_stride + d], normalised.
   // Partial (split-K): per row r of the block, partial_ml[2*r] = running max of the scores,
   // partial_ml[2*r+1] = sum, partial_acc[r*value_dim + d] = unnormalised accumulator (f32).

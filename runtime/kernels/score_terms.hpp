@@ -3,6 +3,7 @@
 // running-state start of attention sinks (gpt-oss).
 #pragma once
 
+#include "flash_common.hpp"
 #include "kernel_table.hpp"
 #include "simd/exp2.hpp"
 
@@ -68,6 +69,23 @@ void narrow_score_terms(const FlashWork& w, float* s, int64_t j0, int64_t nkp, f
     if (w.alibi) x = xsimd::fma(B(slope), (iota + B(static_cast<float>(j0 + jj))) - B(pos), x);
     x.store_aligned(s + jj);
   }
+}
+
+// Tree verification (FlashWork::tree), after the range masks: a chunk key a row does not descend
+// from is masked, a visible one gets its ALiBi distance from positions instead of indices. Scores
+// of row r ∈ [r_begin, r_end) and key j0 + jj at s[r·row_stride + jj·key_stride]; scalar, over the
+// chunk's keys only.
+inline void tree_terms(const FlashWork& w, const RowMap& rows, float* s, int64_t row_stride, int64_t key_stride,
+                       int64_t r_begin, int64_t r_end, int64_t j0, int64_t nk) {
+  const int64_t off = w.num_keys - w.num_queries;
+  for (int64_t r = r_begin; r < r_end; ++r)
+    for (int64_t jj = max64(0, off - j0); jj < nk; ++jj) {
+      float& x = s[r * row_stride + jj * key_stride];
+      if (!rows.tree_sees(r, j0 + jj))
+        x = kNegInf;
+      else if (w.alibi)
+        x += rows.tree_alibi(r, j0 + jj);
+    }
 }
 
 // The running (max, sum) a row starts from: (sink, 1) — e^(sink − sink) — for the work item that

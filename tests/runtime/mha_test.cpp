@@ -526,6 +526,55 @@ TEST_P(Layer, ModelFamilyTerms) {
   EXPECT_EQ(aw[static_cast<size_t>((total - 1) * total + (total - 1 - m.ref.window))], 0.0f) << "outside the window";
 }
 
+// Tree verification through the layer: each draft-tree token's output equals the causal forward
+// over the history and its ancestor path (RoPE positions by depth), then keep() leaves the cache
+// of that chain: the next decode matches the forward over history + path + the new token.
+TEST_P(Layer, TreeVerificationThroughForwardPaged) {
+  const LayerCase& c = GetParam();
+  Model m(c);
+  const MultiHeadAttention layer = m.layer();
+  std::mt19937 rng(18);
+  const std::vector<int32_t> parents = {-1, 0, 0, 1, 2, 3};  // two branches: 0-1-3-5 and 0-2-4
+  const int64_t hist = 9, T = static_cast<int64_t>(parents.size());
+  const auto xh = random_vec(rng, static_cast<size_t>(hist * c.dm), 1.0f);
+  const auto xt = random_vec(rng, static_cast<size_t>(T * c.dm), 1.0f);
+  PagedKVCache cache({c.hkv, c.hd, 8, 16, DType::f32});
+  const int64_t id = cache.create_sequence();
+  std::vector<float> yh(xh.size()), yt(xt.size());
+  const SequenceChunk prompt[] = {{id, hist, {}}};
+  layer.forward_paged(xh.data(), yh.data(), prompt, cache);
+  const SequenceChunk tree[] = {{id, T, parents}};
+  layer.forward_paged(xt.data(), yt.data(), tree, cache);
+  auto path = [&](int64_t t) {
+    std::vector<int64_t> p;
+    for (int64_t x = t; x >= 0; x = parents[static_cast<size_t>(x)]) p.insert(p.begin(), x);
+    return p;
+  };
+  auto chain_input = [&](const std::vector<int64_t>& p) {
+    std::vector<float> x = xh;
+    for (int64_t a : p) x.insert(x.end(), xt.begin() + a * c.dm, xt.begin() + (a + 1) * c.dm);
+    return x;
+  };
+  for (int64_t t = 0; t < T; ++t) {
+    const std::vector<float> x = chain_input(path(t));
+    const int64_t n = static_cast<int64_t>(x.size()) / c.dm;
+    const std::vector<double> want = m.ref.forward(x, 1, n, true);
+    expect_close(std::vector<float>(yt.begin() + t * c.dm, yt.begin() + (t + 1) * c.dm),
+                 std::vector<double>(want.end() - c.dm, want.end()), 2e-5, c.name + " tree token " + std::to_string(t));
+  }
+  std::vector<int64_t> accepted;
+  for (int64_t a : path(4)) accepted.push_back(hist + a);
+  cache.keep(id, hist, accepted);
+  const auto xn = random_vec(rng, static_cast<size_t>(c.dm), 1.0f);
+  std::vector<float> yn(xn.size());
+  const SequenceChunk step[] = {{id, 1, {}}};
+  layer.forward_paged(xn.data(), yn.data(), step, cache);
+  std::vector<float> x = chain_input(path(4));
+  x.insert(x.end(), xn.begin(), xn.end());
+  const std::vector<double> want = m.ref.forward(x, 1, static_cast<int64_t>(x.size()) / c.dm, true);
+  expect_close(yn, std::vector<double>(want.end() - c.dm, want.end()), 2e-5, c.name + " decode after keep");
+}
+
 TEST(Layer, ModelFamilyTermsRejected) {
   Model m({"mha", 64, 4, 4, 16});
   const std::vector<float> nan_sinks = {0.0f, NAN, 0.0f, 0.0f};
