@@ -36,11 +36,19 @@ struct NamedShape {
 
 const std::vector<NamedShape>& shapes() {
   static const std::vector<NamedShape> list = {
-      {"P1", {1, 8, 8, 512, 512, 64, false}, false},   {"P2", {1, 8, 8, 2048, 2048, 64, false}, false},
-      {"P3", {1, 8, 8, 2048, 2048, 64, true}, false},  {"P4", {1, 32, 32, 2048, 2048, 128, true}, false},
-      {"P5", {1, 8, 8, 4096, 4096, 64, true}, false},  {"D1", {1, 32, 32, 1, 4096, 128, false}, true},
-      {"D2", {1, 32, 8, 1, 4096, 128, false}, true},   {"D3", {8, 32, 8, 1, 2048, 128, false}, true},
+      {"P1", {1, 8, 8, 512, 512, 64, false}, false},
+      {"P2", {1, 8, 8, 2048, 2048, 64, false}, false},
+      {"P3", {1, 8, 8, 2048, 2048, 64, true}, false},
+      {"P4", {1, 32, 32, 2048, 2048, 128, true}, false},
+      {"P5", {1, 8, 8, 4096, 4096, 64, true}, false},
+      {"D1", {1, 32, 32, 1, 4096, 128, false}, true},
+      {"D2", {1, 32, 8, 1, 4096, 128, false}, true},
+      {"D3", {8, 32, 8, 1, 2048, 128, false}, true},
       {"D4", {1, 32, 32, 1, 16384, 128, false}, true},
+      // Head sizes other than 64/128 (issue 16): P3 with D = 80 and 256, D2 with D = 96.
+      {"P6", {1, 8, 8, 2048, 2048, 80, true}, false},
+      {"P7", {1, 8, 8, 2048, 2048, 256, true}, false},
+      {"D5", {1, 32, 8, 1, 4096, 96, false}, true},
   };
   return list;
 }
@@ -67,11 +75,28 @@ struct Workload {
   std::vector<uint16_t> q16, k16, v16, o16;
 };
 
+// A model family's score term on the fused path (sdpa/attend-<term>/).
+enum class Term { none, softcap, sinks, alibi };
+
+// Per-head term values of a shape (sinks drawn like the inputs; BLOOM's slopes; Gemma 2's cap).
+struct TermValues {
+  std::vector<float> sinks, slopes;
+  explicit TermValues(int64_t heads) : sinks(static_cast<size_t>(heads)), slopes(alibi_slopes(heads)) {
+    fill(sinks, 7, 2.0f);
+  }
+  void apply(Term t, SdpaOptions& opt) const {
+    if (t == Term::softcap) opt.softcap = 50.0f;
+    if (t == Term::sinks) opt.sinks = sinks;
+    if (t == Term::alibi) opt.alibi_slopes = slopes;
+  }
+};
+
 void run_attend(const SdpaShape& s, const float* q, const float* k, const float* v, float* o,
-                FpMath fpmath = FpMath::strict) {
+                FpMath fpmath = FpMath::strict, Term term = Term::none, const TermValues* tv = nullptr) {
   SdpaOptions opt;
   opt.causal = s.causal;
   opt.fpmath = fpmath;
+  if (tv) tv->apply(term, opt);
   scaled_dot_product_attention(
       TensorView::dense(q, {s.B, s.Hq, s.Nq, s.D}), TensorView::dense(k, {s.B, s.Hkv, s.Nk, s.D}),
       TensorView::dense(v, {s.B, s.Hkv, s.Nk, s.D}), TensorView::dense(o, {s.B, s.Hq, s.Nq, s.D}), opt);
@@ -248,6 +273,19 @@ void bm_onednn(benchmark::State& state, const NamedShape* ns) {
   state.counters["workspace_MiB"] = static_cast<double>(w.onednn->workspace_bytes()) / (1 << 20);
 }
 
+// sdpa/attend with one score term on (softcap 50, a sink per head, BLOOM's ALiBi slopes): its cost
+// is its time over sdpa/attend's (and, paired, the ratio of the two entries' %peak* / %stream).
+template <Term kTerm>
+void bm_attend_term(benchmark::State& state, const NamedShape* ns) {
+  Workload& w = workload(*ns);
+  if (!w.error.empty()) return state.SkipWithError(w.error.c_str());
+  const TermValues tv(ns->shape.Hq);
+  timed_sdpa(state, ns, w, [&] {
+    run_attend(ns->shape, w.q.data(), w.k.data(), w.v.data(), w.o.data(), FpMath::strict, kTerm, &tv);
+  });
+  set_counters(state, ns->shape, io_bytes(ns->shape));
+}
+
 void bm_stream(benchmark::State& state, const NamedShape* ns) {
   Workload& w = workload(*ns);
   float sink = 0.0f;
@@ -355,6 +393,33 @@ void print_bf16math_summary(const SummaryReporter& rep, double bf16_peak, FILE* 
       bf16_peak);
 }
 
+void print_terms_summary(const SummaryReporter& rep, FILE* out) {
+  bool any = false;
+  for (const NamedShape& ns : shapes()) any |= rep.find(std::string("sdpa/attend-softcap/") + ns.name) != nullptr;
+  if (!any) return;
+  std::fprintf(out,
+               "\nScore terms (medians; cost = the term's time / sdpa/attend's, paired = attend's %%peak* or "
+               "%%stream over the term's)\n");
+  std::fprintf(out, "%-5s %10s %10s %8s %8s %10s %8s %8s %10s %8s %8s\n", "shape", "attend ms", "softcap", "cost",
+               "paired", "sinks", "cost", "paired", "alibi", "cost", "paired");
+  for (const NamedShape& ns : shapes()) {
+    const auto* a = rep.find(std::string("sdpa/attend/") + ns.name);
+    if (!a || !rep.find(std::string("sdpa/attend-softcap/") + ns.name)) continue;
+    std::fprintf(out, "%-5s %10.3f", ns.name, a->seconds * 1e3);
+    for (const char* term : {"softcap", "sinks", "alibi"}) {
+      const auto* t = rep.find(std::string("sdpa/attend-") + term + "/" + ns.name);
+      const double share_a = ns.decode ? a->stream_pct : a->peak_pct;
+      const double share_t = t ? (ns.decode ? t->stream_pct : t->peak_pct) : 0.0;
+      std::fprintf(out, " %10.3f %7.3fx %7.3fx", t ? t->seconds * 1e3 : 0.0, t ? t->seconds / a->seconds : 0.0,
+                   share_t > 0 ? share_a / share_t : 0.0);
+    }
+    std::fprintf(out, "\n");
+  }
+  std::fprintf(out,
+               "(softcap 50 (Gemma 2), one sink per head, BLOOM's ALiBi slopes; the issue's budget: cost <= 1.10 "
+               "on P2/P3, <= 1.03 on D1/D2)\n");
+}
+
 void register_sdpa_benchmarks() {
   for (const NamedShape& ns : shapes()) {
     auto reg = [&](const char* group, void (*fn)(benchmark::State&, const NamedShape*)) {
@@ -368,7 +433,14 @@ void register_sdpa_benchmarks() {
     reg("sdpa/attend-bf16io/", bm_attend_bf16io);
     if (!ns.decode) reg("sdpa/onednn-bf16/", bm_onednn_bf16);
     if (ns.decode) reg("stream/read/", bm_stream);
+    if (std::string(ns.name) == "P2" || std::string(ns.name) == "P3" || std::string(ns.name) == "D1" ||
+        std::string(ns.name) == "D2") {
+      reg("sdpa/attend-softcap/", bm_attend_term<Term::softcap>);
+      reg("sdpa/attend-sinks/", bm_attend_term<Term::sinks>);
+      reg("sdpa/attend-alibi/", bm_attend_term<Term::alibi>);
+    }
   }
+  register_mla_benchmarks();
 }
 
 }  // namespace attend::bench
@@ -432,6 +504,8 @@ int main(int argc, char** argv) {
   FILE* out = json ? stderr : stdout;
   print_sdpa_summary(reporter, peak, out);
   print_bf16math_summary(reporter, bf16_peak, out);
+  print_terms_summary(reporter, out);
+  print_mla_summary(reporter, peak, out);
   print_cache_summary(reporter, out);
   print_layer_summary(reporter, peak, out);
   print_serve_summary(reporter, out);

@@ -255,6 +255,9 @@ class SummaryReporter : public benchmark::BenchmarkReporter {
 void register_sdpa_benchmarks();
 void print_sdpa_summary(const SummaryReporter& rep, double peak, FILE* out);
 void print_bf16math_summary(const SummaryReporter& rep, double bf16_peak, FILE* out);
+void print_terms_summary(const SummaryReporter& rep, FILE* out);
+void register_mla_benchmarks();
+void print_mla_summary(const SummaryReporter& rep, double peak, FILE* out);
 void register_cache_benchmarks();
 void print_cache_summary(const SummaryReporter& rep, FILE* out);
 void register_layer_benchmarks();

@@ -2,6 +2,7 @@
 //
 //   attend-run -w layer.safetensors -i x.npy -o y.npy --heads 8 [--causal] [--prefix P]
 //              [--kv-heads K] [--rope-theta T] [--threads N] [--decode M --cache-dtype f32|bf16|f16|i8]
+//              [--window W] [--softcap C] [--alibi] (a "sinks" tensor of the layer is used when present)
 //              [--attention-map map.svg --head H [--map-scale log|clip|linear]]
 //
 // Every failure exits non-zero with one message naming the file (and tensor); outputs are written
@@ -33,7 +34,9 @@ namespace {
 
 struct Args {
   std::string weights, input, output, prefix, cache_dtype = "f32", map_path, map_scale = "log", fpmath = "strict";
-  int64_t heads = 0, kv_heads = 0, decode = 0, head = 0;
+  int64_t heads = 0, kv_heads = 0, decode = 0, head = 0, window = 0;
+  double softcap = 0.0;
+  bool alibi = false;
   std::optional<double> rope_theta;
   bool causal = false;
   int threads = 0;
@@ -49,6 +52,16 @@ std::string shape_str(const std::vector<int64_t>& s) {
   return o;
 }
 
+// The model-family terms in use, for the summary line.
+std::string terms_note(const Args& a, const attend::io::LoadedLayer& layer) {
+  std::string n;
+  if (a.window > 0) n += ", window " + std::to_string(a.window);
+  if (a.softcap > 0) n += ", softcap " + std::to_string(a.softcap);
+  if (a.alibi) n += ", alibi";
+  if (!layer.sinks.empty()) n += ", sinks";
+  return n;
+}
+
 int run(const Args& a) {
   using namespace attend;
   const io::SafeTensors file = io::SafeTensors::load(a.weights);
@@ -59,6 +72,9 @@ int run(const Args& a) {
     layer.config.rope_theta = *a.rope_theta;
   }
   layer.config.causal = a.causal || a.decode > 0;
+  layer.config.window = a.window;
+  layer.config.softcap = static_cast<float>(a.softcap);
+  if (a.alibi) layer.config.alibi_slopes = alibi_slopes(layer.config.n_heads);
 
   const io::NpyArray x = io::load_npy(a.input);
   const int64_t d = layer.config.d_model;
@@ -138,12 +154,12 @@ int run(const Args& a) {
   io::write_file_atomic(a.output, io::npy_bytes(y));
 
   std::printf(
-      "attend-run: %s x %s -> %s, %s layer d_model %lld, heads %lld (kv %lld, dim %lld)%s%s%s, isa %s, "
+      "attend-run: %s x %s -> %s, %s layer d_model %lld, heads %lld (kv %lld, dim %lld)%s%s%s%s, isa %s, "
       "fpmath %s, threads %d, %.3f ms%s\n",
       a.input.c_str(), shape_str(x.shape).c_str(), a.output.c_str(), layer.scheme.c_str(), static_cast<long long>(d),
       static_cast<long long>(layer.config.n_heads), static_cast<long long>(layer.config.n_kv_heads),
       static_cast<long long>(layer.config.head_dim), layer.config.causal ? ", causal" : "",
-      layer.config.rope ? ", rope" : "",
+      layer.config.rope ? ", rope" : "", terms_note(a, layer).c_str(),
       a.decode ? (", decode " + std::to_string(a.decode) + " (" + a.cache_dtype + " cache)").c_str() : "",
       isa_name(active_isa()), fpmath_name(fpmath), a.threads > 0 ? a.threads : omp_get_max_threads(), ms,
       map_note.c_str());
@@ -163,6 +179,11 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--prefix", a.prefix, "tensor name prefix of the layer, e.g. model.layers.0.self_attn.");
   app.add_flag("--causal", a.causal, "mask later tokens");
+  app.add_option("--window", a.window, "sliding window: each query sees at most the W most recent positions (0: none)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--softcap", a.softcap, "logit soft-capping: scores become C*tanh(s/C) (Gemma 2: 50; 0: none)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--alibi", a.alibi, "ALiBi with BLOOM's slopes for the number of heads");
   app.add_option("--rope-theta", a.rope_theta,
                  "apply rotary embeddings (Hugging Face Llama convention) with this theta");
   app.add_option("--threads", a.threads, "threads (0: OpenMP's default)")->check(CLI::NonNegativeNumber);

@@ -49,6 +49,7 @@ MhaWeights LoadedLayer::weights() const {
     w.v_bias = bv.data();
     w.o_bias = bo.data();
   }
+  if (!sinks.empty()) w.sinks = sinks.data();
   return w;
 }
 
@@ -123,6 +124,7 @@ LoadedLayer load_layer(const SafeTensors& file, const std::string& prefix, int64
                   "' (looked for in_proj_weight and q_proj.weight)");
   }
   l.config.bias = !l.bq.empty();
+  if (r.has("sinks")) l.sinks = r.read("sinks", {heads});  // gpt-oss: one learned logit per query head
   return l;
 }
 

@@ -16,6 +16,7 @@ struct LoadedLayer {
   std::string scheme;  // "nn.MultiheadAttention" or "llama"
   MhaConfig config;
   std::vector<float> wq, wk, wv, wo, bq, bk, bv, bo;  // nn.Linear [out, in]; biases empty when absent
+  std::vector<float> sinks;                           // gpt-oss attention sinks ("sinks", [heads]); empty when absent
   /// Views of the vectors above (valid while this object lives).
   MhaWeights weights() const;
 };
