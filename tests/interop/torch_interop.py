@@ -5,12 +5,16 @@ Builds torch.nn.MultiheadAttention layers (batch_first, with and without bias, c
 attn_mask, several widths and head counts) and a Llama-style GQA layer with rotary embeddings
 written in plain torch ops (Hugging Face's rotate_half convention), saves their weights as
 .safetensors (written here from the format's definition, so no extra package is needed) and the
-inputs as .npy, runs attend-run and compares: max abs error <= 1e-4 (f32 weights).
+inputs as .npy, runs attend-run and compares: max abs error <= 1e-4 (f32 weights). Model families:
+gpt-oss-style learned sinks with a sliding window, Gemma-2-style logit soft-capping and BLOOM-style
+ALiBi, each written in plain torch ops the way those models' reference code does, through
+attend-run's --window, --softcap and --alibi (sinks: the layer's "sinks" tensor), prefill and decode.
 
 Usage: torch_interop.py /path/to/attend-run
 Exit status 77 (ctest: skipped) when torch or numpy cannot be imported — reported, never passed.
 """
 import json
+import math
 import os
 import struct
 import subprocess
@@ -162,6 +166,100 @@ def llama_case(attend_run, tmp, d, heads, kv_heads, hd, causal, dtype="F32", dec
             failures.append(label)
 
 
+def bloom_alibi_slopes(n):
+    """transformers' build_alibi_tensor slopes (BLOOM)."""
+    closest = 2 ** math.floor(math.log2(n))
+    base = 2 ** (-(2 ** -(math.log2(closest) - 3)))
+    slopes = torch.pow(torch.tensor(base, dtype=torch.float64), torch.arange(1, 1 + closest))
+    if closest != n:
+        extra_base = 2 ** (-(2 ** -(math.log2(2 * closest) - 3)))
+        remaining = min(closest, n - closest)
+        slopes = torch.cat([slopes, torch.pow(torch.tensor(extra_base, dtype=torch.float64),
+                                              torch.arange(1, 1 + 2 * remaining, 2))])
+    return slopes
+
+
+def family_reference(x, wq, wk, wv, wo, bq, bk, bv, bo, heads, kv_heads, theta, window=0, softcap=0.0, sinks=None,
+                     alibi=False):
+    """Causal attention layer in float64 with the model families' score terms, as their code does:
+    Gemma 2 divides the scaled scores by the cap, takes tanh and multiplies back before the mask;
+    BLOOM adds slope_h * key_position (baddbmm with the alibi tensor; the per-row offset attend
+    subtracts cancels in the softmax); gpt-oss adds a mask whose band below the diagonal is -inf
+    (torch.tril(..., diagonal=-sliding_window)) and concatenates the sink logit as one more column,
+    dropping it after the softmax."""
+    x, wq, wk, wv, wo, bq, bk, bv, bo = (t.double() for t in (x, wq, wk, wv, wo, bq, bk, bv, bo))
+    b, n, d = x.shape
+    hd = wq.shape[0] // heads
+    q = (x @ wq.T + bq).view(b, n, heads, hd).transpose(1, 2)
+    k = (x @ wk.T + bk).view(b, n, kv_heads, hd).transpose(1, 2)
+    v = (x @ wv.T + bv).view(b, n, kv_heads, hd).transpose(1, 2)
+    if theta:
+        inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+        emb = torch.cat([torch.outer(torch.arange(n, dtype=torch.float64), inv_freq)] * 2, dim=-1)
+        q = q * emb.cos() + rotate_half(q) * emb.sin()
+        k = k * emb.cos() + rotate_half(k) * emb.sin()
+    k = k.repeat_interleave(heads // kv_heads, dim=1)
+    v = v.repeat_interleave(heads // kv_heads, dim=1)
+    s = (q @ k.transpose(-1, -2)) * hd ** -0.5
+    if softcap:
+        s = torch.tanh(s / softcap) * softcap
+    if alibi:
+        s = s + bloom_alibi_slopes(heads).view(1, heads, 1, 1) * torch.arange(n, dtype=torch.float64).view(1, 1, 1, n)
+    mask = torch.triu(torch.full((n, n), float("-inf"), dtype=torch.float64), diagonal=1)
+    if window:
+        mask += torch.tril(torch.full((n, n), float("-inf"), dtype=torch.float64), diagonal=-window)
+    s = s + mask
+    if sinks is not None:
+        s = torch.cat([s, sinks.double().view(1, heads, 1, 1).expand(b, heads, n, 1)], dim=-1)
+    w = torch.softmax(s, dim=-1)
+    if sinks is not None:
+        w = w[..., :-1]
+    o = w @ v
+    return (o.transpose(1, 2).reshape(b, n, heads * hd) @ wo.T + bo).float()
+
+
+def family_case(attend_run, tmp, name, heads, kv_heads, hd, theta, window=0, softcap=0.0, sinks=False, alibi=False,
+                decode=0):
+    d, n = 64, 40
+    g = torch.Generator().manual_seed(heads * 7 + hd)
+    s = 2.5 * d ** -0.5  # large enough weights that the softcap bends the scores
+    wq = torch.empty(heads * hd, d).uniform_(-s, s, generator=g)
+    wk = torch.empty(kv_heads * hd, d).uniform_(-s, s, generator=g)
+    wv = torch.empty(kv_heads * hd, d).uniform_(-s, s, generator=g)
+    wo = torch.empty(d, heads * hd).uniform_(-(heads * hd) ** -0.5, (heads * hd) ** -0.5, generator=g)
+    bq, bk, bv = (torch.empty(m).uniform_(-0.5, 0.5, generator=g) for m in (heads * hd, kv_heads * hd, kv_heads * hd))
+    bo = torch.empty(d).uniform_(-0.5, 0.5, generator=g)
+    sk = torch.empty(heads).uniform_(-1.0, 3.0, generator=g) if sinks else None
+    x = torch.randn(2, n, d, generator=g)
+    want = family_reference(x, wq, wk, wv, wo, bq, bk, bv, bo, heads, kv_heads, theta, window, softcap, sk, alibi)
+    # The term must matter: without it the output is measurably different.
+    plain = family_reference(x, wq, wk, wv, wo, bq, bk, bv, bo, heads, kv_heads, theta)
+    effect = float(torch.max(torch.abs(want - plain)))
+    prefix = "model.layers.3.self_attn."
+    tensors = {prefix + "q_proj.weight": wq, prefix + "k_proj.weight": wk, prefix + "v_proj.weight": wv,
+               prefix + "o_proj.weight": wo, prefix + "q_proj.bias": bq, prefix + "k_proj.bias": bk,
+               prefix + "v_proj.bias": bv, prefix + "o_proj.bias": bo}
+    if sinks:
+        tensors[prefix + "sinks"] = sk
+    w = os.path.join(tmp, "family.safetensors")
+    save_safetensors(w, tensors)
+    xi, yo = os.path.join(tmp, "x.npy"), os.path.join(tmp, "y.npy")
+    np.save(xi, x.numpy())
+    args = ["-w", w, "-i", xi, "-o", yo, "--heads", str(heads), "--prefix", prefix, "--causal"]
+    args += ["--rope-theta", str(theta)] if theta else []
+    args += ["--window", str(window)] if window else []
+    args += ["--softcap", str(softcap)] if softcap else []
+    args += ["--alibi"] if alibi else []
+    args += ["--decode", str(decode)] if decode else []
+    run_attend(attend_run, args)
+    label = f"{name}: GQA {heads}:{kv_heads} hd={hd}" + (f" --decode {decode}" if decode else "")
+    if effect < 1e-2:
+        print(f"FAIL {label}: the term changes the output by only {effect:.3g}: the test would not see it")
+        failures.append(label)
+        return
+    compare(label + f" (the term moves the output by {effect:.3g})", np.load(yo), want.numpy())
+
+
 def main():
     attend_run = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
@@ -186,6 +284,12 @@ def main():
         print(f"{'ok' if ok else 'FAIL':4} attention map: {cells} rects")
         if not ok:
             failures.append("attention map")
+        # Model families (issue 16), prefill and then the last tokens decoded through the cache.
+        for decode in (0, 6):
+            family_case(attend_run, tmp, "gpt-oss sinks + sliding window", 8, 2, 16, 150000.0, window=7, sinks=True,
+                        decode=decode)
+            family_case(attend_run, tmp, "Gemma-2 softcap", 8, 4, 32, 10000.0, softcap=2.0, decode=decode)
+            family_case(attend_run, tmp, "BLOOM ALiBi", 12, 12, 16, None, alibi=True, decode=decode)
         # The 8-bit cache on a real-shaped layer: Llama-3-8B's attention (d_model 4096, 32 query heads,
         # 8 kv heads of 128, theta 500000), a 48-token prompt then 16 decode steps.
         llama_case(attend_run, tmp, 4096, 32, 8, 128, True, decode=16, cache="i8", tokens=64)
