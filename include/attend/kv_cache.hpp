@@ -22,6 +22,7 @@ struct KVCacheConfig {
   int64_t slots = 0;         ///< number of sequences the cache holds at once (> 0)
   int64_t capacity = 0;      ///< tokens per sequence slot (> 0)
   DType dtype = DType::f32;  ///< storage type; bf16/f16 halve memory and decode traffic
+  int64_t value_dim = 0;     ///< per-head dimension of V (> 0); 0 = head_dim. D ≠ Dv: MLA-style caches.
 };
 
 /// Keys and values of up to `slots` sequences, each up to `capacity` tokens.

@@ -23,7 +23,8 @@ struct PagedKVCacheConfig {
   int64_t kv_heads = 0, head_dim = 0;  ///< of the layer (> 0)
   int64_t num_blocks = 0;              ///< blocks in the pool (> 0, below 2^31)
   int64_t block_tokens = 32;           ///< tokens per block: a positive multiple of 16
-  DType dtype = DType::f32;            ///< storage type (f32, bf16, f16), as for KVCache
+  DType dtype = DType::f32;            ///< storage type (f32, bf16, f16, i8), as for KVCache
+  int64_t value_dim = 0;               ///< per-head dimension of V; 0 = head_dim
 };
 
 /// `tokens` new tokens of sequence `seq`, packed along the token dimension of a paged call.

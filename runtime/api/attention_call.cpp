@@ -99,11 +99,13 @@ void check_view(const char* who, const char* name, const TensorView& t) {
 }
 
 std::vector<int64_t> check_cache_batch(const char* who, const KVCache& cache, std::span<const int64_t> seqs,
-                                       int64_t batch, int64_t new_tokens, int64_t kv_heads, int64_t head_dim) {
+                                       int64_t batch, int64_t new_tokens, int64_t kv_heads, int64_t head_dim,
+                                       int64_t value_dim) {
   const KVCacheConfig& c = cache.config();
-  if (c.kv_heads != kv_heads || c.head_dim != head_dim)
-    fail(who, "the cache holds " + std::to_string(c.kv_heads) + " kv heads of dim " + std::to_string(c.head_dim) +
-                  ", the call has " + std::to_string(kv_heads) + " of dim " + std::to_string(head_dim));
+  if (c.kv_heads != kv_heads || c.head_dim != head_dim || c.value_dim != value_dim)
+    fail(who, "the cache holds " + std::to_string(c.kv_heads) + " kv heads of dims " + std::to_string(c.head_dim) +
+                  "/" + std::to_string(c.value_dim) + " (K/V), the call has " + std::to_string(kv_heads) +
+                  " of dims " + std::to_string(head_dim) + "/" + std::to_string(value_dim));
   if (static_cast<int64_t>(seqs.size()) != batch)
     fail(who, std::to_string(seqs.size()) + " sequence ids for a batch of " + std::to_string(batch));
   std::vector<int64_t> cached(seqs.size());
@@ -177,15 +179,14 @@ Checked validate(const AttentionCall& call) {
     if (!call.kv_lens.empty() || call.bias.data_ptr()) fail(who, "kv_lens and bias are not supported with a cache");
     if (s.B != 1) fail(who, "tokens are packed along dimension 2: the batch dimension must be 1" + shapes());
     if (s.Nk != s.Nq) fail(who, "k_new/v_new must hold one token per query" + shapes());
-    if (s.Dv != s.D) fail(who, "v_new must have the head dim of q" + shapes());
-    if (c.kv_heads != s.Hkv || c.head_dim != s.D)
-      fail(who, "the cache holds " + std::to_string(c.kv_heads) + " kv heads of dim " + std::to_string(c.head_dim) +
-                    ", the call has " + std::to_string(s.Hkv) + " of dim " + std::to_string(s.D));
+    if (c.kv_heads != s.Hkv || c.head_dim != s.D || c.value_dim != s.Dv)
+      fail(who, "the cache holds " + std::to_string(c.kv_heads) + " kv heads of dims " + std::to_string(c.head_dim) +
+                    "/" + std::to_string(c.value_dim) + " (K/V), the call has " + std::to_string(s.Hkv) + " of dims " +
+                    std::to_string(s.D) + "/" + std::to_string(s.Dv));
   } else if (call.cache) {
     if (!call.kv_lens.empty() || call.bias.data_ptr()) fail(who, "kv_lens and bias are not supported with a cache");
     if (call.append && s.Nk != s.Nq) fail(who, "k_new/v_new must hold one token per query" + shapes());
-    if (s.Dv != s.D) fail(who, "v_new must have the head dim of q" + shapes());
-    s.cached = check_cache_batch(who, *call.cache, call.seqs, s.B, call.append ? s.Nq : 0, s.Hkv, s.D);
+    s.cached = check_cache_batch(who, *call.cache, call.seqs, s.B, call.append ? s.Nq : 0, s.Hkv, s.D, s.Dv);
     s.max_keys = 0;
     for (int64_t c : s.cached) s.max_keys = std::max(s.max_keys, c + (call.append ? s.Nq : 0));
   } else {
@@ -240,10 +241,13 @@ exec::Problem build_problem(const AttentionCall& call, const Checked& s) {
   if (call.cache) {
     const KVCache& cache = *call.cache;
     p.kv_type = KVCacheAccess::kv_type(cache);
-    p.k_head_stride = p.v_head_stride = KVCacheAccess::head_stride(cache);
-    p.k_row_stride = p.v_row_stride = s.D;
+    const int64_t rows = KVCacheAccess::head_tokens(cache);
+    p.k_head_stride = rows * s.D;
+    p.v_head_stride = rows * s.Dv;
+    p.k_row_stride = s.D;
+    p.v_row_stride = s.Dv;
     p.k_blocked = true;
-    p.scale_head_stride = p.k_head_stride / s.D;
+    p.scale_head_stride = rows;
     for (int64_t b = 0; b < s.B; ++b) {
       const int64_t seq = call.seqs[static_cast<size_t>(b)];
       exec::BatchEntry& e = p.entries[static_cast<size_t>(b)];

@@ -95,7 +95,7 @@ ATTEND_INTERNAL void check_view(const char* who, const char* name, const TensorV
 /// The cache part of validate(), for the layer's calls to run before they project anything.
 ATTEND_INTERNAL std::vector<int64_t> check_cache_batch(const char* who, const KVCache& cache,
                                                        std::span<const int64_t> seqs, int64_t batch, int64_t new_tokens,
-                                                       int64_t kv_heads, int64_t head_dim);
+                                                       int64_t kv_heads, int64_t head_dim, int64_t value_dim);
 
 /// Builds the executor's job from a validated call (cache entries read the lengths after appending).
 ATTEND_INTERNAL exec::Problem build_problem(const AttentionCall& call, const Checked& checked);

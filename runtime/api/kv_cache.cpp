@@ -37,14 +37,16 @@ namespace {
 }  // namespace
 
 KVCache::KVCache(const KVCacheConfig& c) : impl_(std::make_unique<Impl>()) {
+  if (c.value_dim < 0) fail("value_dim must be >= 0 (0: head_dim), got " + std::to_string(c.value_dim));
   if (c.kv_heads <= 0 || c.head_dim <= 0 || c.slots <= 0 || c.capacity <= 0)
     fail("kv_heads, head_dim, slots and capacity must be > 0 (got " + std::to_string(c.kv_heads) + ", " +
          std::to_string(c.head_dim) + ", " + std::to_string(c.slots) + ", " + std::to_string(c.capacity) + ")");
   if (c.capacity >= (int64_t{1} << 24)) fail("capacity must be below 2^24 tokens");
   if (dtype_size(c.dtype) == 0) fail("unknown dtype " + std::to_string(static_cast<int>(c.dtype)));
   impl_->config = c;
+  if (impl_->config.value_dim == 0) impl_->config.value_dim = c.head_dim;
   const int64_t stored = (c.capacity + kernels::kKeyBlock - 1) / kernels::kKeyBlock * kernels::kKeyBlock;
-  impl_->store = detail::KvStore(c.dtype, c.kv_heads, c.head_dim, stored, c.slots);
+  impl_->store = detail::KvStore(c.dtype, c.kv_heads, c.head_dim, impl_->config.value_dim, stored, c.slots);
   impl_->lengths.assign(static_cast<size_t>(c.slots), 0);
 }
 
@@ -85,9 +87,11 @@ std::string dims(const TensorView& t) {
 // New K/V views [B, Hkv, N, D] against the cache: shapes, pointers, strides.
 void check_new_kv(const char* who, const KVCacheConfig& c, const TensorView& k, const TensorView& v, int64_t batch) {
   for (const TensorView* t : {&k, &v}) {
-    if (t->dim(0) != batch || t->dim(1) != c.kv_heads || t->dim(3) != c.head_dim || t->dim(2) < 0)
-      fail(std::string(who) + ": k/v must be [" + std::to_string(batch) + ", " + std::to_string(c.kv_heads) + ", N, " +
-           std::to_string(c.head_dim) + "], got k " + dims(k) + ", v " + dims(v));
+    const int64_t dim = t == &k ? c.head_dim : c.value_dim;
+    if (t->dim(0) != batch || t->dim(1) != c.kv_heads || t->dim(3) != dim || t->dim(2) < 0)
+      fail(std::string(who) + ": k must be [" + std::to_string(batch) + ", " + std::to_string(c.kv_heads) + ", N, " +
+           std::to_string(c.head_dim) + "] and v [" + std::to_string(batch) + ", " + std::to_string(c.kv_heads) +
+           ", N, " + std::to_string(c.value_dim) + "], got k " + dims(k) + ", v " + dims(v));
     detail::check_view(who, t == &k ? "k" : "v", *t);  // strides, contiguity, null data: as every entry point
   }
   if (k.dim(2) != v.dim(2)) fail(std::string(who) + ": k has " + dims(k) + " but v " + dims(v));
@@ -101,7 +105,7 @@ void KVCache::append(int64_t seq, const TensorView& k, const TensorView& v) {
   check_new_kv("KVCache::append", impl_->config, k, v, 1);
   const int64_t seqs[1] = {seq};
   const int64_t len = detail::check_cache_batch("KVCache::append", *this, seqs, 1, k.dim(2), impl_->config.kv_heads,
-                                                impl_->config.head_dim)[0];
+                                                impl_->config.head_dim, impl_->config.value_dim)[0];
   const int64_t n = k.dim(2);
   for (int64_t h = 0; h < impl_->config.kv_heads; ++h)
     impl_->store.store(seq, h, len, n, detail::element_at(k, 0, h), k.stride(2), detail::element_at(v, 0, h),
@@ -121,7 +125,7 @@ void cached_attention(const TensorView& q, const TensorView& k_new, const Tensor
 
 namespace detail {
 kernels::KvType KVCacheAccess::kv_type(const KVCache& c) { return c.impl_->store.kv_type(); }
-int64_t KVCacheAccess::head_stride(const KVCache& c) { return c.impl_->store.head_stride(); }
+int64_t KVCacheAccess::head_tokens(const KVCache& c) { return c.impl_->store.head_tokens(); }
 const void* KVCacheAccess::keys(const KVCache& c, int64_t seq) { return c.impl_->store.keys(seq); }
 const void* KVCacheAccess::values(const KVCache& c, int64_t seq) { return c.impl_->store.values(seq); }
 const float* KVCacheAccess::key_scales(const KVCache& c, int64_t seq) { return c.impl_->store.key_scales(seq); }

@@ -401,7 +401,7 @@ void MultiHeadAttention::forward_cached(const void* x, DType x_dtype, void* y, D
   s.check_options(who, opt, {.causal = true, .lengths = false, .first_position = true}, batch, tokens);
   if (opt.causal && !*opt.causal) fail(std::string(who) + ": attention over a cache is causal (causal = false given)");
   const detail::CacheUse use(cache, true, who);
-  const std::vector<int64_t> start = detail::check_cache_batch(who, cache, seqs, batch, tokens, s.hkv, s.hd);
+  const std::vector<int64_t> start = detail::check_cache_batch(who, cache, seqs, batch, tokens, s.hkv, s.hd, s.hd);
   const kernels::KernelTable& table = detail::kernel_table(opt.isa, opt.fpmath);
   if (batch * tokens == 0) return;
   const int64_t m = batch * tokens;
@@ -455,7 +455,7 @@ void MultiHeadAttention::forward_paged(const void* x, DType x_dtype, void* y, DT
   s.check_options(who, opt, {.causal = true}, 1, T);
   if (opt.causal && !*opt.causal) fail(std::string(who) + ": attention over a cache is causal (causal = false given)");
   const PagedKVCacheConfig& cc = cache.config();
-  if (cc.kv_heads != s.hkv || cc.head_dim != s.hd)
+  if (cc.kv_heads != s.hkv || cc.head_dim != s.hd || cc.value_dim != s.hd)
     fail(std::string(who) + ": the cache holds " + str(cc.kv_heads) + " kv heads of dim " + str(cc.head_dim) +
          ", the layer has " + str(s.hkv) + " of dim " + str(s.hd));
   detail::PagedStep step(who, cache, chunks, T);  // checks the chunks, claims their sequences
@@ -502,7 +502,7 @@ void MultiHeadAttention::set_memory(const float* memory, int64_t batch, int64_t 
   if (batch * tokens > 0 && !memory) fail(std::string(who) + ": null memory");
   s.check_options(who, opt, {}, batch, tokens);
   const detail::CacheUse use(cache, true, who);
-  detail::check_cache_batch(who, cache, seqs, batch, 0, s.hkv, s.hd);
+  detail::check_cache_batch(who, cache, seqs, batch, 0, s.hkv, s.hd, s.hd);
   if (tokens > cache.config().capacity)
     throw Error(ErrorCode::capacity, std::string(who) + ": " + str(tokens) +
                                          " memory tokens exceed the cache capacity " + str(cache.config().capacity));
@@ -529,7 +529,7 @@ void MultiHeadAttention::cross_attend(const float* x, float* y, int64_t batch, i
   s.check_io(who, x, y, batch, tokens);
   s.check_options(who, opt, {}, batch, tokens);
   const detail::CacheUse use(cache, false, who);
-  const std::vector<int64_t> held = detail::check_cache_batch(who, cache, seqs, batch, 0, s.hkv, s.hd);
+  const std::vector<int64_t> held = detail::check_cache_batch(who, cache, seqs, batch, 0, s.hkv, s.hd, s.hd);
   const kernels::KernelTable& table = detail::kernel_table(opt.isa, opt.fpmath);
   if (batch * tokens == 0) return;
   const int64_t m = batch * tokens;

@@ -132,11 +132,14 @@ PagedKVCache::PagedKVCache(const PagedKVCacheConfig& c) : impl_(std::make_unique
     Impl::fail(who, "block_tokens must be a multiple of 16, got " + str(c.block_tokens));
   if (c.num_blocks >= (int64_t{1} << 31)) Impl::fail(who, "num_blocks must be below 2^31");
   if (dtype_size(c.dtype) == 0) Impl::fail(who, "unknown dtype " + str(static_cast<int64_t>(c.dtype)));
+  if (c.value_dim < 0) Impl::fail(who, "value_dim must be >= 0 (0: head_dim), got " + str(c.value_dim));
   Impl& s = *impl_;
   s.config = c;
+  if (s.config.value_dim == 0) s.config.value_dim = c.head_dim;
   // Head-major: a kv head's blocks are adjacent, so blocks a sequence takes together (a prompt
   // chunk's) are read by decode as one run per head (see docs/design.md, paged attention).
-  s.store = detail::KvStore(c.dtype, c.kv_heads, c.head_dim, c.block_tokens, c.num_blocks, /*head_major=*/true);
+  s.store = detail::KvStore(c.dtype, c.kv_heads, c.head_dim, s.config.value_dim, c.block_tokens, c.num_blocks,
+                            /*head_major=*/true);
   s.refs.assign(static_cast<size_t>(c.num_blocks), 0);
   s.free_list.resize(static_cast<size_t>(c.num_blocks));
   // Handed out from the back: block 0 first, so a fresh cache fills the pool front to back.
@@ -298,9 +301,10 @@ void PagedKVCache::append(int64_t seq, const TensorView& k, const TensorView& v)
   const PagedKVCacheConfig& c = impl_->config;
   for (const TensorView* t : {&k, &v}) {
     detail::check_view(who, t == &k ? "k" : "v", *t);
-    if (t->dim(0) != 1 || t->dim(1) != c.kv_heads || t->dim(3) != c.head_dim)
-      Impl::fail(who, "k/v must be [1, " + str(c.kv_heads) + ", n, " + str(c.head_dim) + "], got k " +
-                          detail::dims(k.shape()) + ", v " + detail::dims(v.shape()));
+    if (t->dim(0) != 1 || t->dim(1) != c.kv_heads || t->dim(3) != (t == &k ? c.head_dim : c.value_dim))
+      Impl::fail(who, "k must be [1, " + str(c.kv_heads) + ", n, " + str(c.head_dim) + "] and v [1, " +
+                          str(c.kv_heads) + ", n, " + str(c.value_dim) + "], got k " + detail::dims(k.shape()) +
+                          ", v " + detail::dims(v.shape()));
   }
   if (k.dim(2) != v.dim(2)) Impl::fail(who, "k has " + detail::dims(k.shape()) + " but v " + detail::dims(v.shape()));
   detail::check_dtype(who, "v", v, &k, "k");
@@ -406,7 +410,8 @@ void PagedStep::add_needs(const kernels::KernelTable& table, int64_t q_heads, in
   exec::Problem& p = scratch_.problem;
   p.q_heads = q_heads;
   p.kv_heads = cfg.kv_heads;
-  p.head_dim = p.value_dim = cfg.head_dim;
+  p.head_dim = cfg.head_dim;
+  p.value_dim = cache_.impl_->config.value_dim;
   p.plan_each_entry = true;
   p.entries.resize(chunks_.size());
   for (size_t i = 0; i < chunks_.size(); ++i) {
@@ -476,11 +481,14 @@ void PagedStep::attend(const TensorView& q, const TensorView& o, float scale, co
   p.q_type = elem_type(q.dtype());
   p.o_type = elem_type(o.dtype());
   p.k_blocked = true;
-  p.k_head_stride = p.v_head_stride = c.store.head_stride();
-  p.k_row_stride = p.v_row_stride = c.config.head_dim;
+  const int64_t rows = c.store.head_tokens();
+  p.k_head_stride = rows * c.config.head_dim;
+  p.v_head_stride = rows * c.config.value_dim;
+  p.k_row_stride = c.config.head_dim;
+  p.v_row_stride = c.config.value_dim;
   p.page_tokens = c.bt();
-  p.page_stride = c.store.page_stride();
-  p.scale_head_stride = p.k_head_stride / c.config.head_dim;
+  p.page_stride = c.store.page_step_tokens();
+  p.scale_head_stride = rows;
   p.causal = true;
   p.window = call.window;
   p.scale = scale;

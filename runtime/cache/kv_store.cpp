@@ -35,19 +35,17 @@ struct FromF16 {
 // Token t's K row of head_dim source elements at ks + t·k_stride is written to blocked K at
 // in-page position index + t, its V row to row index + t, each element through `convert`.
 template <class Src, class Dst, class Convert>
-void store_rows(Dst* k, Dst* v, int64_t index, int64_t count, int64_t hd, const void* ks, int64_t k_stride,
+void store_rows(Dst* k, Dst* v, int64_t index, int64_t count, int64_t hd, int64_t dv, const void* ks, int64_t k_stride,
                 const void* vs, int64_t v_stride, int64_t src_bytes, Convert convert) {
   constexpr int64_t kb = kernels::kKeyBlock;
   for (int64_t t = 0; t < count; ++t) {
     const int64_t pos = index + t;
     Dst* kd = k + (pos / kb) * kb * hd + pos % kb;
-    Dst* vd = v + pos * hd;
+    Dst* vd = v + pos * dv;
     const void* kr = static_cast<const char*>(ks) + t * k_stride * src_bytes;
     const void* vr = static_cast<const char*>(vs) + t * v_stride * src_bytes;
-    for (int64_t d = 0; d < hd; ++d) {
-      kd[d * kb] = convert(Src::get(kr, d));
-      vd[d] = convert(Src::get(vr, d));
-    }
+    for (int64_t d = 0; d < hd; ++d) kd[d * kb] = convert(Src::get(kr, d));
+    for (int64_t d = 0; d < dv; ++d) vd[d] = convert(Src::get(vr, d));
   }
 }
 
@@ -55,35 +53,35 @@ void store_rows(Dst* k, Dst* v, int64_t index, int64_t count, int64_t hd, const 
 // the source twice instead of staged (an append allocates nothing).
 template <class Src>
 void store_rows_i8(int8_t* k, int8_t* v, float* k_scales, float* v_scales, int64_t index, int64_t count, int64_t hd,
-                   const void* ks, int64_t k_stride, const void* vs, int64_t v_stride, int64_t src_bytes) {
+                   int64_t dv, const void* ks, int64_t k_stride, const void* vs, int64_t v_stride, int64_t src_bytes) {
   constexpr int64_t kb = kernels::kKeyBlock;
   for (int64_t t = 0; t < count; ++t) {
     const int64_t pos = index + t;
     const void* kr = static_cast<const char*>(ks) + t * k_stride * src_bytes;
     const void* vr = static_cast<const char*>(vs) + t * v_stride * src_bytes;
     int8_t* kd = k + (pos / kb) * kb * hd + pos % kb;
-    int8_t* vd = v + pos * hd;
+    int8_t* vd = v + pos * dv;
     k_scales[pos] = numeric::quantize_i8(
         hd, [kr](int64_t d) { return Src::get(kr, d); }, [kd](int64_t d, int8_t q) { kd[d * kb] = q; });
     v_scales[pos] = numeric::quantize_i8(
-        hd, [vr](int64_t d) { return Src::get(vr, d); }, [vd](int64_t d, int8_t q) { vd[d] = q; });
+        dv, [vr](int64_t d) { return Src::get(vr, d); }, [vd](int64_t d, int8_t q) { vd[d] = q; });
   }
 }
 
 template <class Src>
 void store_typed(kernels::KvType storage, unsigned char* kp, unsigned char* vp, int64_t index, int64_t count,
-                 int64_t hd, const void* k, int64_t k_stride, const void* v, int64_t v_stride, int64_t src_bytes) {
+                 int64_t hd, int64_t dv, const void* k, int64_t k_stride, const void* v, int64_t v_stride, int64_t src_bytes) {
   switch (storage) {
     case kernels::KvType::f32:
-      store_rows<Src>(reinterpret_cast<float*>(kp), reinterpret_cast<float*>(vp), index, count, hd, k, k_stride, v,
+      store_rows<Src>(reinterpret_cast<float*>(kp), reinterpret_cast<float*>(vp), index, count, hd, dv, k, k_stride, v,
                       v_stride, src_bytes, [](float x) { return x; });
       break;
     case kernels::KvType::bf16:
-      store_rows<Src>(reinterpret_cast<uint16_t*>(kp), reinterpret_cast<uint16_t*>(vp), index, count, hd, k, k_stride,
+      store_rows<Src>(reinterpret_cast<uint16_t*>(kp), reinterpret_cast<uint16_t*>(vp), index, count, hd, dv, k, k_stride,
                       v, v_stride, src_bytes, [](float x) { return numeric::to_bf16(x); });
       break;
     case kernels::KvType::f16:
-      store_rows<Src>(reinterpret_cast<uint16_t*>(kp), reinterpret_cast<uint16_t*>(vp), index, count, hd, k, k_stride,
+      store_rows<Src>(reinterpret_cast<uint16_t*>(kp), reinterpret_cast<uint16_t*>(vp), index, count, hd, dv, k, k_stride,
                       v, v_stride, src_bytes, [](float x) { return numeric::to_f16(x); });
       break;
     case kernels::KvType::i8: break;  // (store_rows_i8, with the scales)
@@ -91,17 +89,22 @@ void store_typed(kernels::KvType storage, unsigned char* kp, unsigned char* vp, 
 }
 }  // namespace
 
-KvStore::KvStore(DType dtype, int64_t kv_heads, int64_t head_dim, int64_t page_tokens, int64_t pages, bool head_major)
+KvStore::KvStore(DType dtype, int64_t kv_heads, int64_t head_dim, int64_t value_dim, int64_t page_tokens, int64_t pages,
+                 bool head_major)
     : head_major_(head_major),
       kv_type_(kv_type_of(dtype)),
       kv_heads_(kv_heads),
       head_dim_(head_dim),
+      value_dim_(value_dim),
       page_tokens_(page_tokens),
       pages_(pages),
       element_bytes_(dtype_size(dtype)) {
-  half_bytes_ = static_cast<size_t>(kv_heads * pages * page_elems()) * element_bytes_;
-  if (dtype == DType::i8) scale_bytes_ = static_cast<size_t>(kv_heads * pages * page_tokens) * sizeof(float);
-  if (half_bytes_ == 0) return;
+  const size_t rows = static_cast<size_t>(kv_heads * pages * page_tokens);
+  // (rows is a multiple of 16: the scales after K and V stay 16-byte aligned)
+  k_bytes_ = rows * static_cast<size_t>(head_dim) * element_bytes_;
+  v_bytes_ = rows * static_cast<size_t>(value_dim) * element_bytes_;
+  if (dtype == DType::i8) scale_bytes_ = rows * sizeof(float);
+  if (k_bytes_ == 0) return;
   void* p = mmap(nullptr, bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
 #if defined(MADV_HUGEPAGE)
@@ -111,10 +114,10 @@ KvStore::KvStore(DType dtype, int64_t kv_heads, int64_t head_dim, int64_t page_t
   madvise(p, bytes(), MADV_HUGEPAGE);
 #endif
   keys_ = static_cast<unsigned char*>(p);
-  values_ = keys_ + half_bytes_;
-  if (scale_bytes_) {  // (2·half_bytes_ is a multiple of 16 tokens' bytes: the floats are aligned)
-    k_scales_ = reinterpret_cast<float*>(keys_ + 2 * half_bytes_);
-    v_scales_ = reinterpret_cast<float*>(keys_ + 2 * half_bytes_ + scale_bytes_);
+  values_ = keys_ + k_bytes_;
+  if (scale_bytes_) {
+    k_scales_ = reinterpret_cast<float*>(keys_ + k_bytes_ + v_bytes_);
+    v_scales_ = reinterpret_cast<float*>(keys_ + k_bytes_ + v_bytes_ + scale_bytes_);
   }
 }
 
@@ -130,25 +133,27 @@ KvStore& KvStore::operator=(KvStore&& o) noexcept {
   kv_type_ = o.kv_type_;
   kv_heads_ = o.kv_heads_;
   head_dim_ = o.head_dim_;
+  value_dim_ = o.value_dim_;
   page_tokens_ = o.page_tokens_;
   pages_ = o.pages_;
   element_bytes_ = o.element_bytes_;
   head_major_ = o.head_major_;
-  half_bytes_ = o.half_bytes_;
+  k_bytes_ = o.k_bytes_;
+  v_bytes_ = o.v_bytes_;
   scale_bytes_ = o.scale_bytes_;
   keys_ = std::exchange(o.keys_, nullptr);
   values_ = std::exchange(o.values_, nullptr);
   k_scales_ = std::exchange(o.k_scales_, nullptr);
   v_scales_ = std::exchange(o.v_scales_, nullptr);
-  o.half_bytes_ = 0;
+  o.k_bytes_ = o.v_bytes_ = 0;
   o.scale_bytes_ = 0;
   return *this;
 }
 
 void KvStore::store(int64_t page, int64_t head, int64_t index, int64_t count, const void* k, int64_t k_stride,
                     const void* v, int64_t v_stride, kernels::KvType src) {
-  unsigned char* kp = keys_ + at(page, head);
-  unsigned char* vp = values_ + at(page, head);
+  unsigned char* kp = keys_ + k_at(page, head);
+  unsigned char* vp = values_ + v_at(page, head);
   const int64_t bytes = kernels::kv_type_bytes(src);
   if (kv_type_ == kernels::KvType::i8) {
     int8_t* kq = reinterpret_cast<int8_t*>(kp);
@@ -157,23 +162,23 @@ void KvStore::store(int64_t page, int64_t head, int64_t index, int64_t count, co
     float* vs = v_scales_ + scale_at(page, head);
     switch (src) {
       case kernels::KvType::f32:
-        return store_rows_i8<FromF32>(kq, vq, ks, vs, index, count, head_dim_, k, k_stride, v, v_stride, bytes);
+        return store_rows_i8<FromF32>(kq, vq, ks, vs, index, count, head_dim_, value_dim_, k, k_stride, v, v_stride, bytes);
       case kernels::KvType::bf16:
-        return store_rows_i8<FromBf16>(kq, vq, ks, vs, index, count, head_dim_, k, k_stride, v, v_stride, bytes);
+        return store_rows_i8<FromBf16>(kq, vq, ks, vs, index, count, head_dim_, value_dim_, k, k_stride, v, v_stride, bytes);
       case kernels::KvType::f16:
-        return store_rows_i8<FromF16>(kq, vq, ks, vs, index, count, head_dim_, k, k_stride, v, v_stride, bytes);
+        return store_rows_i8<FromF16>(kq, vq, ks, vs, index, count, head_dim_, value_dim_, k, k_stride, v, v_stride, bytes);
       case kernels::KvType::i8: return;  // (never a tensor's type)
     }
   }
   switch (src) {
     case kernels::KvType::f32:
-      store_typed<FromF32>(kv_type_, kp, vp, index, count, head_dim_, k, k_stride, v, v_stride, bytes);
+      store_typed<FromF32>(kv_type_, kp, vp, index, count, head_dim_, value_dim_, k, k_stride, v, v_stride, bytes);
       break;
     case kernels::KvType::bf16:
-      store_typed<FromBf16>(kv_type_, kp, vp, index, count, head_dim_, k, k_stride, v, v_stride, bytes);
+      store_typed<FromBf16>(kv_type_, kp, vp, index, count, head_dim_, value_dim_, k, k_stride, v, v_stride, bytes);
       break;
     case kernels::KvType::f16:
-      store_typed<FromF16>(kv_type_, kp, vp, index, count, head_dim_, k, k_stride, v, v_stride, bytes);
+      store_typed<FromF16>(kv_type_, kp, vp, index, count, head_dim_, value_dim_, k, k_stride, v, v_stride, bytes);
       break;
     case kernels::KvType::i8: break;  // (never a tensor's type)
   }
@@ -183,11 +188,10 @@ void KvStore::copy_page(int64_t from, int64_t to, int64_t tokens) {
   // K is blocked: whole key blocks are copied (the rest of a partial block is never read as a key).
   const int64_t blocked = (tokens + kernels::kKeyBlock - 1) / kernels::kKeyBlock * kernels::kKeyBlock;
   const size_t k_bytes = static_cast<size_t>(blocked * head_dim_) * element_bytes_;
-  const size_t v_bytes = static_cast<size_t>(tokens * head_dim_) * element_bytes_;
+  const size_t v_bytes = static_cast<size_t>(tokens * value_dim_) * element_bytes_;
   for (int64_t h = 0; h < kv_heads_; ++h) {
-    const size_t src = at(from, h), dst = at(to, h);
-    std::memcpy(keys_ + dst, keys_ + src, k_bytes);
-    std::memcpy(values_ + dst, values_ + src, v_bytes);
+    std::memcpy(keys_ + k_at(to, h), keys_ + k_at(from, h), k_bytes);
+    std::memcpy(values_ + v_at(to, h), values_ + v_at(from, h), v_bytes);
     if (k_scales_) {
       std::memcpy(k_scales_ + scale_at(to, h), k_scales_ + scale_at(from, h),
                   sizeof(float) * static_cast<size_t>(tokens));
@@ -203,14 +207,14 @@ void KvStore::copy_token(int64_t from, int64_t from_index, int64_t to, int64_t t
   const int64_t k_from = (from_index / B) * B * head_dim_ + from_index % B;
   const int64_t k_to = (to_index / B) * B * head_dim_ + to_index % B;
   for (int64_t h = 0; h < kv_heads_; ++h) {
-    unsigned char* ks = keys_ + at(from, h);
-    unsigned char* kd = keys_ + at(to, h);
+    unsigned char* ks = keys_ + k_at(from, h);
+    unsigned char* kd = keys_ + k_at(to, h);
     for (int64_t d = 0; d < head_dim_; ++d)
       std::memcpy(kd + static_cast<size_t>(k_to + d * B) * element_bytes_,
                   ks + static_cast<size_t>(k_from + d * B) * element_bytes_, element_bytes_);
-    std::memcpy(values_ + at(to, h) + static_cast<size_t>(to_index * head_dim_) * element_bytes_,
-                values_ + at(from, h) + static_cast<size_t>(from_index * head_dim_) * element_bytes_,
-                static_cast<size_t>(head_dim_) * element_bytes_);
+    std::memcpy(values_ + v_at(to, h) + static_cast<size_t>(to_index * value_dim_) * element_bytes_,
+                values_ + v_at(from, h) + static_cast<size_t>(from_index * value_dim_) * element_bytes_,
+                static_cast<size_t>(value_dim_) * element_bytes_);
     if (k_scales_) {
       k_scales_[scale_at(to, h) + static_cast<size_t>(to_index)] =
           k_scales_[scale_at(from, h) + static_cast<size_t>(from_index)];

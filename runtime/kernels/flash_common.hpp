@@ -114,12 +114,11 @@ struct KvSource {
   const E* k;
   const E* v;
   const int32_t* pages;  // null: one run
-  int64_t page_tokens, page_stride, k_row_stride, v_row_stride, depth;
+  int64_t page_tokens, page_stride, k_row_stride, v_row_stride, depth, value_depth;
   // i8 (an 8-bit cache): each key's K and V scales (FlashWork::k_scale, v_scale).
   static constexpr bool kScaled = std::is_same_v<E, I8>;
   const float* k_scale;
   const float* v_scale;
-  int64_t scale_page_stride;
 
   explicit KvSource(const FlashWork& w)
       : k(static_cast<const E*>(w.k)),
@@ -130,9 +129,9 @@ struct KvSource {
         k_row_stride(w.k_row_stride),
         v_row_stride(w.v_row_stride),
         depth(w.head_dim),
+        value_depth(w.value_dim),
         k_scale(w.k_scale),
-        v_scale(w.v_scale),
-        scale_page_stride(w.pages ? w.page_stride / w.head_dim : 0) {}
+        v_scale(w.v_scale) {}
 
   // Keys from j to the end of its run (capped at `limit`): to the end of its page, and on through
   // the pages after it that are adjacent in memory (a head-major pool, pages taken together). Keys
@@ -140,25 +139,23 @@ struct KvSource {
   int64_t run(int64_t j, int64_t limit) const {
     if (!pages) return limit;
     int64_t n = page_tokens - j % page_tokens;
-    if (page_stride == page_tokens * depth)  // consecutive page ids are consecutive in memory
+    if (page_stride == page_tokens)  // consecutive page ids are consecutive in memory
       for (int64_t p = j / page_tokens; n < limit && pages[p + 1] == pages[p] + 1; ++p) n += page_tokens;
     return min64(limit, n);
   }
-  // Elements from a head's page-0 base to key j's page, and j's index within that page.
-  int64_t page_offset(int64_t j) const { return pages ? pages[j / page_tokens] * page_stride : 0; }
+  // Token rows from a head's page-0 base to key j's page, and j's index within that page.
+  int64_t page_rows(int64_t j) const { return pages ? pages[j / page_tokens] * page_stride : 0; }
   int64_t in_page(int64_t j) const { return pages ? j % page_tokens : j; }
   // Blocked K: the block [D][kKeyBlock] holding key j (j a multiple of kKeyBlock).
-  const E* key_block(int64_t j) const { return k + page_offset(j) + in_page(j) * depth; }
+  const E* key_block(int64_t j) const { return k + (page_rows(j) + in_page(j)) * depth; }
   // Blocked K: key j's elements, kKeyBlock apart.
   const E* blocked_key(int64_t j) const { return key_block(j - j % kKeyBlock) + j % kKeyBlock; }
   // Row-major K (never paged): key j's row.
   const E* key_row(int64_t j) const { return k + j * k_row_stride; }
   // V row of key j.
-  const E* value(int64_t j) const { return v + page_offset(j) + in_page(j) * v_row_stride; }
+  const E* value(int64_t j) const { return v + page_rows(j) * value_depth + in_page(j) * v_row_stride; }
   // i8: where key j's scales are in k_scale / v_scale (contiguous along a run).
-  int64_t scale_index(int64_t j) const {
-    return pages ? pages[j / page_tokens] * scale_page_stride + j % page_tokens : j;
-  }
+  int64_t scale_index(int64_t j) const { return page_rows(j) + in_page(j); }
   float key_scale(int64_t j) const { return k_scale[scale_index(j)]; }
   float value_scale(int64_t j) const { return v_scale[scale_index(j)]; }
 };

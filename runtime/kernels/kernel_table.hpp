@@ -46,12 +46,13 @@ struct FlashWork {
   // Paged K/V (a paged KV cache; needs k_blocked): null = one contiguous run as above. Otherwise
   // key j lives in pool page pages[j / page_tokens] at in-page index j % page_tokens, laid out as
   // above within the page; k and v address this kv head in pool page 0 and pool pages are
-  // page_stride elements apart. page_tokens is a multiple of kKeyBlock.
+  // page_stride token rows apart (page_stride·head_dim K elements, page_stride·value_dim V
+  // elements, page_stride scales). page_tokens is a multiple of kKeyBlock.
   const int32_t* pages;
   int64_t page_tokens, page_stride;
-  // i8 K/V: one f32 scale per key for K and for V, laid out like the V rows with one element per
-  // row: key j's at k_scale[page_offset(j) / head_dim + j % page_tokens] (pages null: k_scale[j]).
-  // Null for other types.
+  // i8 K/V: one f32 scale per key for K and for V, laid out like V rows of one element: key j's at
+  // k_scale[pages[j / page_tokens]·page_stride + j % page_tokens] (pages null: k_scale[j]). Null
+  // for other types.
   const float* k_scale;
   const float* v_scale;
   // Optional additive bias for (b, first head of the group), in natural-log units (the kernel

@@ -194,106 +194,157 @@ TEST_P(ScoreTerms, SameBitsForEveryThreadCount) {
 }
 
 // cached_attention: a prompt in two chunks, then decode steps, with every term, against the
-// reference over what the cache holds (values as its storage type keeps them).
+// reference over what the cache holds (values as its storage type keeps them); K and V head dims
+// equal or not (KVCacheConfig::value_dim), multiples of the vector width or not.
 class CachedScoreTerms : public ::testing::TestWithParam<std::tuple<Isa, DType>> {};
+
+const std::vector<std::pair<int64_t, int64_t>>& head_dims() {
+  static const std::vector<std::pair<int64_t, int64_t>> dims = {{64, 64}, {48, 80}, {128, 32}, {40, 24}};
+  return dims;
+}
 
 TEST_P(CachedScoreTerms, ChunksThenDecodeMatchReference) {
   const auto [isa, dtype] = GetParam();
-  const int64_t Hq = 8, Hkv = 2, D = 64;
+  const int64_t Hq = 8, Hkv = 2, C = 512;
   const double tol = dtype == DType::f32 ? 1e-5 : dtype == DType::i8 ? 3e-2 : 1e-2;
   std::mt19937 rng(21);
-  for (const Terms& t : {Terms{3.0f, true, true}, Terms{0.0f, true, false}, Terms{0.0f, false, true}}) {
-    for (int64_t window : {0, 50}) {
-      SCOPED_TRACE(t.describe() + " window=" + std::to_string(window));
-      KVCache cache({Hkv, D, 2, 512, dtype});
-      const TermValues tv(t, Hq, rng);
-      std::vector<float> held_k(static_cast<size_t>(Hkv * 512 * D)), held_v(held_k.size());  // [Hkv][512][D]
-      int64_t len = 0;
-      const int64_t seq[] = {1};
-      for (int64_t n : {70, 33, 1, 1, 1}) {
-        const auto q = random_values(rng, static_cast<size_t>(Hq * n * D), -2.0f, 2.0f);
-        const auto k = random_values(rng, static_cast<size_t>(Hkv * n * D), -2.0f, 2.0f);
-        const auto v = random_values(rng, k.size());
-        std::vector<float> o(q.size());
-        SdpaOptions opt;
-        opt.isa = isa;
-        opt.window = window;
-        tv.apply(t, opt);
-        cached_attention(TensorView::dense(q.data(), {1, Hq, n, D}), TensorView::dense(k.data(), {1, Hkv, n, D}),
-                         TensorView::dense(v.data(), {1, Hkv, n, D}), cache, seq,
-                         TensorView::dense(o.data(), {1, Hq, n, D}), opt);
-        for (int64_t h = 0; h < Hkv; ++h)
-          for (int64_t i = 0; i < n; ++i) {
-            float* kd = &held_k[static_cast<size_t>((h * 512 + len + i) * D)];
-            float* vd = &held_v[static_cast<size_t>((h * 512 + len + i) * D)];
-            std::copy_n(&k[static_cast<size_t>((h * n + i) * D)], D, kd);
-            std::copy_n(&v[static_cast<size_t>((h * n + i) * D)], D, vd);
-            round_trip_row(kd, D, dtype);
-            round_trip_row(vd, D, dtype);
-          }
-        len += n;
-        SdpaOptions ref = opt;
-        ref.causal = true;
-        const TensorView::Dims strides{0, 512 * D, D, 1};
-        const std::vector<double> want = reference_attention(TensorView::dense(q.data(), {1, Hq, n, D}),
-                                                             TensorView(held_k.data(), {1, Hkv, len, D}, strides),
-                                                             TensorView(held_v.data(), {1, Hkv, len, D}, strides), ref);
-        EXPECT_TRUE(close_to(o, want, tol)) << "after " << len << " tokens";
+  for (const auto& [D, Dv] : head_dims())
+    for (const Terms& t : {Terms{3.0f, true, true}, Terms{0.0f, true, false}, Terms{0.0f, false, true}}) {
+      for (int64_t window : {0, 50}) {
+        SCOPED_TRACE("D=" + std::to_string(D) + " Dv=" + std::to_string(Dv) + t.describe() +
+                     " window=" + std::to_string(window));
+        KVCache cache({Hkv, D, 2, C, dtype, Dv});
+        EXPECT_EQ(cache.config().value_dim, Dv);
+        const TermValues tv(t, Hq, rng);
+        std::vector<float> held_k(static_cast<size_t>(Hkv * C * D)), held_v(static_cast<size_t>(Hkv * C * Dv));
+        int64_t len = 0;
+        const int64_t seq[] = {1};
+        for (int64_t n : {70, 33, 1, 1, 1}) {
+          const auto q = random_values(rng, static_cast<size_t>(Hq * n * D), -2.0f, 2.0f);
+          const auto k = random_values(rng, static_cast<size_t>(Hkv * n * D), -2.0f, 2.0f);
+          const auto v = random_values(rng, static_cast<size_t>(Hkv * n * Dv));
+          std::vector<float> o(static_cast<size_t>(Hq * n * Dv));
+          SdpaOptions opt;
+          opt.isa = isa;
+          opt.window = window;
+          tv.apply(t, opt);
+          cached_attention(TensorView::dense(q.data(), {1, Hq, n, D}), TensorView::dense(k.data(), {1, Hkv, n, D}),
+                           TensorView::dense(v.data(), {1, Hkv, n, Dv}), cache, seq,
+                           TensorView::dense(o.data(), {1, Hq, n, Dv}), opt);
+          for (int64_t h = 0; h < Hkv; ++h)
+            for (int64_t i = 0; i < n; ++i) {
+              float* kd = &held_k[static_cast<size_t>((h * C + len + i) * D)];
+              float* vd = &held_v[static_cast<size_t>((h * C + len + i) * Dv)];
+              std::copy_n(&k[static_cast<size_t>((h * n + i) * D)], D, kd);
+              std::copy_n(&v[static_cast<size_t>((h * n + i) * Dv)], Dv, vd);
+              round_trip_row(kd, D, dtype);
+              round_trip_row(vd, Dv, dtype);
+            }
+          len += n;
+          SdpaOptions ref = opt;
+          ref.causal = true;
+          const std::vector<double> want = reference_attention(
+              TensorView::dense(q.data(), {1, Hq, n, D}), TensorView(held_k.data(), {1, Hkv, len, D}, {0, C * D, D, 1}),
+              TensorView(held_v.data(), {1, Hkv, len, Dv}, {0, C * Dv, Dv, 1}), ref);
+          EXPECT_TRUE(close_to(o, want, tol)) << "after " << len << " tokens";
+        }
       }
     }
-  }
 }
 
-// paged_attention: mixed prompt chunks and decodes of three sequences in one call, every term.
+// paged_attention: mixed prompt chunks and decodes of three sequences in one call, every term, K
+// and V head dims equal or not (PagedKVCacheConfig::value_dim).
 TEST_P(CachedScoreTerms, PagedMixedChunksMatchReference) {
   const auto [isa, dtype] = GetParam();
-  const int64_t Hq = 8, Hkv = 2, D = 64;
+  const int64_t Hq = 8, Hkv = 2;
   const double tol = dtype == DType::f32 ? 1e-5 : dtype == DType::i8 ? 3e-2 : 1e-2;
   std::mt19937 rng(22);
   const Terms t{4.0f, true, true};
   const TermValues tv(t, Hq, rng);
-  PagedKVCache cache({Hkv, D, 64, 16, dtype});
-  const int64_t ids[3] = {cache.create_sequence(), cache.create_sequence(), cache.create_sequence()};
-  std::vector<std::vector<float>> hk(3), hv(3);  // per sequence [token][Hkv][D], as stored
-  for (const std::vector<int64_t>& step : {std::vector<int64_t>{40, 1, 90}, {1, 37, 1}, {1, 1, 1}}) {
-    int64_t T = 0;
-    for (int64_t n : step) T += n;
-    const auto q = random_values(rng, static_cast<size_t>(T * Hq * D), -2.0f, 2.0f);
-    const auto k = random_values(rng, static_cast<size_t>(T * Hkv * D), -2.0f, 2.0f);
-    const auto v = random_values(rng, k.size());
-    std::vector<float> o(q.size());
-    std::vector<SequenceChunk> chunks;
-    for (size_t i = 0; i < 3; ++i) chunks.push_back({ids[i], step[i]});
+  for (const auto& [D, Dv] : head_dims()) {
+    SCOPED_TRACE("D=" + std::to_string(D) + " Dv=" + std::to_string(Dv));
+    PagedKVCache cache({Hkv, D, 64, 16, dtype, Dv});
+    const int64_t ids[3] = {cache.create_sequence(), cache.create_sequence(), cache.create_sequence()};
+    std::vector<std::vector<float>> hk(3), hv(3);  // per sequence [token][Hkv][D or Dv], as stored
+    for (const std::vector<int64_t>& step : {std::vector<int64_t>{40, 1, 90}, {1, 37, 1}, {1, 1, 1}}) {
+      int64_t T = 0;
+      for (int64_t n : step) T += n;
+      const auto q = random_values(rng, static_cast<size_t>(T * Hq * D), -2.0f, 2.0f);
+      const auto k = random_values(rng, static_cast<size_t>(T * Hkv * D), -2.0f, 2.0f);
+      const auto v = random_values(rng, static_cast<size_t>(T * Hkv * Dv));
+      std::vector<float> o(static_cast<size_t>(T * Hq * Dv));
+      std::vector<SequenceChunk> chunks;
+      for (size_t i = 0; i < 3; ++i) chunks.push_back({ids[i], step[i]});
+      SdpaOptions opt;
+      opt.isa = isa;
+      opt.window = 60;
+      tv.apply(t, opt);
+      const auto tok = [&](const float* p, int64_t H, int64_t d) {
+        return TensorView(p, {1, H, T, d}, {0, d, H * d, 1});
+      };
+      paged_attention(tok(q.data(), Hq, D), tok(k.data(), Hkv, D), tok(v.data(), Hkv, Dv), cache, chunks,
+                      TensorView(o.data(), {1, Hq, T, Dv}, {0, Dv, Hq * Dv, 1}), opt);
+      int64_t first = 0;
+      for (size_t i = 0; i < 3; ++i) {
+        const int64_t n = step[i];
+        for (int64_t r = 0; r < n * Hkv; ++r)
+          for (auto [src, dst, d] : {std::tuple{&k, &hk[i], D}, std::tuple{&v, &hv[i], Dv}}) {
+            std::vector<float> row(src->begin() + (first * Hkv + r) * d, src->begin() + (first * Hkv + r + 1) * d);
+            round_trip_row(row.data(), d, dtype);
+            dst->insert(dst->end(), row.begin(), row.end());
+          }
+        const int64_t len = static_cast<int64_t>(hk[i].size()) / (Hkv * D);
+        SdpaOptions ref = opt;
+        ref.causal = true;
+        const std::vector<double> want =
+            reference_attention(TensorView(q.data() + first * Hq * D, {1, Hq, n, D}, {0, D, Hq * D, 1}),
+                                TensorView(hk[i].data(), {1, Hkv, len, D}, {0, D, Hkv * D, 1}),
+                                TensorView(hv[i].data(), {1, Hkv, len, Dv}, {0, Dv, Hkv * Dv, 1}), ref);
+        std::vector<float> got;  // [Hq][n][Dv], the reference's order
+        for (int64_t h = 0; h < Hq; ++h)
+          for (int64_t j = first; j < first + n; ++j)
+            got.insert(got.end(), o.begin() + (j * Hq + h) * Dv, o.begin() + (j * Hq + h + 1) * Dv);
+        EXPECT_TRUE(close_to(got, want, tol)) << "sequence " << i << " after " << len << " tokens";
+        first += n;
+      }
+    }
+    // keep() moves K and V rows of their own widths: a decode step after it sees exactly the kept
+    // tokens.
+    const int64_t len0 = cache.length(ids[0]);
+    const int64_t positions[] = {len0 - 3, len0 - 1};
+    cache.keep(ids[0], len0 - 4, positions);
+    ASSERT_EQ(cache.length(ids[0]), len0 - 2);
+    for (auto [h, d] : {std::pair{&hk[0], D}, std::pair{&hv[0], Dv}}) {
+      const auto row = [&](int64_t t) { return h->begin() + t * Hkv * d; };
+      std::vector<float> kept(h->begin(), row(len0 - 4));
+      kept.insert(kept.end(), row(len0 - 3), row(len0 - 2));
+      kept.insert(kept.end(), row(len0 - 1), row(len0));
+      *h = kept;
+    }
+    const auto q = random_values(rng, static_cast<size_t>(Hq * D)), k = random_values(rng, static_cast<size_t>(Hkv * D)),
+               v = random_values(rng, static_cast<size_t>(Hkv * Dv));
+    std::vector<float> o(static_cast<size_t>(Hq * Dv));
+    const SequenceChunk step[] = {{ids[0], 1, {}}};
     SdpaOptions opt;
     opt.isa = isa;
-    opt.window = 60;
     tv.apply(t, opt);
-    const auto tok = [&](const float* p, int64_t H) { return TensorView(p, {1, H, T, D}, {0, D, H * D, 1}); };
-    paged_attention(tok(q.data(), Hq), tok(k.data(), Hkv), tok(v.data(), Hkv), cache, chunks,
-                    TensorView(o.data(), {1, Hq, T, D}, {0, D, Hq * D, 1}), opt);
-    int64_t first = 0;
-    for (size_t i = 0; i < 3; ++i) {
-      const int64_t n = step[i];
-      for (int64_t r = 0; r < n * Hkv; ++r)
-        for (auto [src, dst] : {std::pair{&k, &hk[i]}, std::pair{&v, &hv[i]}}) {
-          std::vector<float> row(src->begin() + (first * Hkv + r) * D, src->begin() + (first * Hkv + r + 1) * D);
-          round_trip_row(row.data(), D, dtype);
-          dst->insert(dst->end(), row.begin(), row.end());
-        }
-      const int64_t len = static_cast<int64_t>(hk[i].size()) / (Hkv * D);
-      SdpaOptions ref = opt;
-      ref.causal = true;
-      const std::vector<double> want =
-          reference_attention(TensorView(q.data() + first * Hq * D, {1, Hq, n, D}, {0, D, Hq * D, 1}),
-                              TensorView(hk[i].data(), {1, Hkv, len, D}, {0, D, Hkv * D, 1}),
-                              TensorView(hv[i].data(), {1, Hkv, len, D}, {0, D, Hkv * D, 1}), ref);
-      std::vector<float> got;  // [Hq][n][D], the reference's order
-      for (int64_t h = 0; h < Hq; ++h)
-        for (int64_t j = first; j < first + n; ++j)
-          got.insert(got.end(), o.begin() + (j * Hq + h) * D, o.begin() + (j * Hq + h + 1) * D);
-      EXPECT_TRUE(close_to(got, want, tol)) << "sequence " << i << " after " << len << " tokens";
-      first += n;
+    paged_attention(TensorView::dense(q.data(), {1, Hq, 1, D}), TensorView::dense(k.data(), {1, Hkv, 1, D}),
+                    TensorView::dense(v.data(), {1, Hkv, 1, Dv}), cache, step, TensorView::dense(o.data(), {1, Hq, 1, Dv}),
+                    opt);
+    for (auto [src, dst, d] : {std::tuple{&k, &hk[0], D}, std::tuple{&v, &hv[0], Dv}}) {
+      std::vector<float> r(*src);
+      for (int64_t hh = 0; hh < Hkv; ++hh) round_trip_row(r.data() + hh * d, d, dtype);
+      dst->insert(dst->end(), r.begin(), r.end());
     }
+    const int64_t len = len0 - 1;
+    SdpaOptions ref = opt;
+    ref.causal = true;
+    EXPECT_TRUE(close_to(o,
+                         reference_attention(TensorView::dense(q.data(), {1, Hq, 1, D}),
+                                             TensorView(hk[0].data(), {1, Hkv, len, D}, {0, D, Hkv * D, 1}),
+                                             TensorView(hv[0].data(), {1, Hkv, len, Dv}, {0, Dv, Hkv * Dv, 1}), ref),
+                         tol))
+        << "decode after keep";
   }
 }
 
