@@ -29,8 +29,11 @@ struct MhaConfig {
   int64_t n_heads = 0;     ///< query heads (> 0)
   int64_t n_kv_heads = 0;  ///< key/value heads; 0 = n_heads. Must divide n_heads (GQA/MQA).
   int64_t head_dim = 0;    ///< per-head width; 0 = d_model / n_heads (which must then divide)
-  bool bias = false;       ///< the four projections have biases
-  bool causal = false;     ///< forward() masks later tokens unless MhaOptions says otherwise
+  /// Per-head width of V (and of the attention output W_O reads); 0 = head_dim. Caches the layer
+  /// uses must have this value_dim.
+  int64_t value_head_dim = 0;
+  bool bias = false;    ///< the four projections have biases
+  bool causal = false;  ///< forward() masks later tokens unless MhaOptions says otherwise
   /// Rotary position embedding, Hugging Face Llama convention ("rotate_half": dimension i pairs
   /// with i + head_dim/2; position = token index; angle = position · theta^(−2i/head_dim),
   /// computed in double precision). Applied to Q and K; head_dim must be even.
@@ -58,7 +61,8 @@ struct MhaConfig {
 
 /// Weights as f32 buffers (copied at construction; the caller may free them afterwards).
 /// Shapes, for out_in layout (in_out is the transpose): q [n_heads·head_dim, d_model],
-/// k and v [n_kv_heads·head_dim, d_model], o [d_model, n_heads·head_dim]. Biases have the
+/// k [n_kv_heads·head_dim, d_model], v [n_kv_heads·value_head_dim, d_model],
+/// o [d_model, n_heads·value_head_dim]. Biases have the
 /// projections' output sizes and are required iff MhaConfig::bias.
 struct MhaWeights {
   WeightLayout layout = WeightLayout::out_in;

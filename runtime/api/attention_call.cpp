@@ -104,8 +104,8 @@ std::vector<int64_t> check_cache_batch(const char* who, const KVCache& cache, st
   const KVCacheConfig& c = cache.config();
   if (c.kv_heads != kv_heads || c.head_dim != head_dim || c.value_dim != value_dim)
     fail(who, "the cache holds " + std::to_string(c.kv_heads) + " kv heads of dims " + std::to_string(c.head_dim) +
-                  "/" + std::to_string(c.value_dim) + " (K/V), the call has " + std::to_string(kv_heads) +
-                  " of dims " + std::to_string(head_dim) + "/" + std::to_string(value_dim));
+                  "/" + std::to_string(c.value_dim) + " (K/V), the call has " + std::to_string(kv_heads) + " of dims " +
+                  std::to_string(head_dim) + "/" + std::to_string(value_dim));
   if (static_cast<int64_t>(seqs.size()) != batch)
     fail(who, std::to_string(seqs.size()) + " sequence ids for a batch of " + std::to_string(batch));
   std::vector<int64_t> cached(seqs.size());

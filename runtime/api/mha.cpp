@@ -68,7 +68,9 @@ std::vector<float> concat_bias(std::initializer_list<std::pair<const float*, int
 
 struct MultiHeadAttention::Impl {
   MhaConfig cfg;
-  int64_t dm = 0, hq = 0, hkv = 0, hd = 0, q_out = 0, kv_out = 0;
+  // hd: Q/K head width, dv: V head width; k_out, v_out: K and V projection widths; a_out: the
+  // attention output's (W_O's input).
+  int64_t dm = 0, hq = 0, hkv = 0, hd = 0, dv = 0, q_out = 0, k_out = 0, v_out = 0, a_out = 0;
   float scale = 1.0f;
   std::optional<gemm::Linear> qkv, q, kv, o;
   std::vector<double> inv_freq;  // RoPE: theta^(-2i/hd)
@@ -83,14 +85,14 @@ struct MultiHeadAttention::Impl {
   // x of type xt in, y of type yt out (the projections' own conversions, gemm::Linear::run).
   void add_projection_needs(int64_t m, bool want_q, bool want_kv, bool out, detail::Needs& n,
                             gemm::ActType xt = gemm::ActType::f32, gemm::ActType yt = gemm::ActType::f32) const {
-    n[detail::Slot::projection] += static_cast<size_t>(m * (q_out + 2 * kv_out));
+    n[detail::Slot::projection] += static_cast<size_t>(m * (q_out + k_out + v_out));
     size_t g = 0;
     if (qkv) g = std::max(g, qkv->scratch_floats(m, xt));
     if (q && want_q) g = std::max(g, q->scratch_floats(m, xt));
     if (kv && want_kv) g = std::max(g, kv->scratch_floats(m, xt));
     if (out) {
       g = std::max(g, o->scratch_floats(m, gemm::ActType::f32, yt));
-      n[detail::Slot::attention_out] += static_cast<size_t>(m * q_out);
+      n[detail::Slot::attention_out] += static_cast<size_t>(m * a_out);
     }
     n[detail::Slot::gemm_scratch] = std::max(n[detail::Slot::gemm_scratch], g);
   }
@@ -99,15 +101,15 @@ struct MultiHeadAttention::Impl {
   Projected projected(const detail::Lease& lease, int64_t m) const {
     float* buf = lease.get(detail::Slot::projection);
     if (qkv) {
-      const int64_t c = q_out + 2 * kv_out;
-      return {buf, buf + q_out, buf + q_out + kv_out, c, c};
+      const int64_t c = q_out + k_out + v_out;
+      return {buf, buf + q_out, buf + q_out + k_out, c, c};
     }
     Projected p;
     p.q = buf;
     p.ldq = q_out;
     p.k = buf + m * q_out;
-    p.v = p.k + kv_out;
-    p.ldkv = 2 * kv_out;
+    p.v = p.k + k_out;
+    p.ldkv = k_out + v_out;
     return p;
   }
 
@@ -128,10 +130,10 @@ struct MultiHeadAttention::Impl {
     return TensorView(static_cast<const float*>(p.k), {batch, hkv, tokens, hd}, {tokens * p.ldkv, hd, p.ldkv, 1});
   }
   TensorView v_view(const Projected& p, int64_t batch, int64_t tokens) const {
-    return TensorView(static_cast<const float*>(p.v), {batch, hkv, tokens, hd}, {tokens * p.ldkv, hd, p.ldkv, 1});
+    return TensorView(static_cast<const float*>(p.v), {batch, hkv, tokens, dv}, {tokens * p.ldkv, dv, p.ldkv, 1});
   }
   TensorView o_view(float* attn, int64_t batch, int64_t tokens) const {
-    return TensorView(attn, {batch, hq, tokens, hd}, {tokens * q_out, hd, q_out, 1});
+    return TensorView(attn, {batch, hq, tokens, dv}, {tokens * a_out, dv, a_out, 1});
   }
 
   // Rotates `heads` heads of each row in place: row (b, t) at rows + (b*tokens + t)*ld, position
@@ -219,7 +221,7 @@ struct MultiHeadAttention::Impl {
     const int64_t m = batch * tokens;
     detail::Needs needs;
     add_projection_needs(m, want_q, want_kv, out, needs, xt, yt);
-    if (table) detail::add_attention_needs(*table, batch, hq, hkv, tokens, max_keys, hd, hd, lease.threads(), needs);
+    if (table) detail::add_attention_needs(*table, batch, hq, hkv, tokens, max_keys, hd, dv, lease.threads(), needs);
     lease.reserve(needs, who);
     return projected(lease, m);
   }
@@ -266,7 +268,7 @@ struct MultiHeadAttention::Impl {
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t h = 0; h < hkv; ++h)
         detail::KVCacheAccess::store(cache, seqs[static_cast<size_t>(b)], h, 0, tokens,
-                                     p.k + b * tokens * p.ldkv + h * hd, p.ldkv, p.v + b * tokens * p.ldkv + h * hd,
+                                     p.k + b * tokens * p.ldkv + h * hd, p.ldkv, p.v + b * tokens * p.ldkv + h * dv,
                                      p.ldkv, kernels::KvType::f32);
   }
 };
@@ -284,6 +286,8 @@ MultiHeadAttention::MultiHeadAttention(const MhaConfig& config, const MhaWeights
     c.head_dim = c.d_model / c.n_heads;
   }
   if (c.head_dim < 0) fail("head_dim must be > 0");
+  if (c.value_head_dim < 0) fail("value_head_dim must be >= 0 (0: head_dim), got " + str(c.value_head_dim));
+  if (c.value_head_dim == 0) c.value_head_dim = c.head_dim;
   if (c.rope && c.head_dim % 2 != 0) fail("rope needs an even head_dim, got " + str(c.head_dim));
   if (c.rope && !(c.rope_theta > 0.0 && std::isfinite(c.rope_theta))) fail("rope_theta must be positive and finite");
   if (c.weight_dtype != DType::f32 && c.weight_dtype != DType::bf16)
@@ -308,25 +312,28 @@ MultiHeadAttention::MultiHeadAttention(const MhaConfig& config, const MhaWeights
   s.hq = c.n_heads;
   s.hkv = c.n_kv_heads;
   s.hd = c.head_dim;
+  s.dv = c.value_head_dim;
   s.q_out = s.hq * s.hd;
-  s.kv_out = s.hkv * s.hd;
+  s.k_out = s.hkv * s.hd;
+  s.v_out = s.hkv * s.dv;
+  s.a_out = s.hq * s.dv;
   s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.hd)));
   if (w.sinks) s.sinks.assign(w.sinks, w.sinks + s.hq);
   const bool out_in = w.layout == WeightLayout::out_in;
   const gemm::WeightType wt = s.wtype();
   if (!c.cross_attention) {
-    const std::vector<float> wqkv = concat_outputs(w.layout, s.dm, {{w.q, s.q_out}, {w.k, s.kv_out}, {w.v, s.kv_out}});
+    const std::vector<float> wqkv = concat_outputs(w.layout, s.dm, {{w.q, s.q_out}, {w.k, s.k_out}, {w.v, s.v_out}});
     const std::vector<float> bqkv =
-        c.bias ? concat_bias({{w.q_bias, s.q_out}, {w.k_bias, s.kv_out}, {w.v_bias, s.kv_out}}) : std::vector<float>{};
-    s.qkv.emplace(wqkv.data(), out_in, s.dm, s.q_out + 2 * s.kv_out, c.bias ? bqkv.data() : nullptr, wt);
+        c.bias ? concat_bias({{w.q_bias, s.q_out}, {w.k_bias, s.k_out}, {w.v_bias, s.v_out}}) : std::vector<float>{};
+    s.qkv.emplace(wqkv.data(), out_in, s.dm, s.q_out + s.k_out + s.v_out, c.bias ? bqkv.data() : nullptr, wt);
   } else {
     s.q.emplace(w.q, out_in, s.dm, s.q_out, w.q_bias, wt);
-    const std::vector<float> wkv = concat_outputs(w.layout, s.dm, {{w.k, s.kv_out}, {w.v, s.kv_out}});
+    const std::vector<float> wkv = concat_outputs(w.layout, s.dm, {{w.k, s.k_out}, {w.v, s.v_out}});
     const std::vector<float> bkv =
-        c.bias ? concat_bias({{w.k_bias, s.kv_out}, {w.v_bias, s.kv_out}}) : std::vector<float>{};
-    s.kv.emplace(wkv.data(), out_in, s.dm, 2 * s.kv_out, c.bias ? bkv.data() : nullptr, wt);
+        c.bias ? concat_bias({{w.k_bias, s.k_out}, {w.v_bias, s.v_out}}) : std::vector<float>{};
+    s.kv.emplace(wkv.data(), out_in, s.dm, s.k_out + s.v_out, c.bias ? bkv.data() : nullptr, wt);
   }
-  s.o.emplace(w.o, out_in, s.q_out, s.dm, w.o_bias, wt);
+  s.o.emplace(w.o, out_in, s.a_out, s.dm, w.o_bias, wt);
   if (c.rope) {
     s.inv_freq.resize(static_cast<size_t>(s.hd / 2));
     for (int64_t i = 0; i < s.hd / 2; ++i)
@@ -401,7 +408,7 @@ void MultiHeadAttention::forward_cached(const void* x, DType x_dtype, void* y, D
   s.check_options(who, opt, {.causal = true, .lengths = false, .first_position = true}, batch, tokens);
   if (opt.causal && !*opt.causal) fail(std::string(who) + ": attention over a cache is causal (causal = false given)");
   const detail::CacheUse use(cache, true, who);
-  const std::vector<int64_t> start = detail::check_cache_batch(who, cache, seqs, batch, tokens, s.hkv, s.hd, s.hd);
+  const std::vector<int64_t> start = detail::check_cache_batch(who, cache, seqs, batch, tokens, s.hkv, s.hd, s.dv);
   const kernels::KernelTable& table = detail::kernel_table(opt.isa, opt.fpmath);
   if (batch * tokens == 0) return;
   const int64_t m = batch * tokens;
@@ -455,9 +462,9 @@ void MultiHeadAttention::forward_paged(const void* x, DType x_dtype, void* y, DT
   s.check_options(who, opt, {.causal = true}, 1, T);
   if (opt.causal && !*opt.causal) fail(std::string(who) + ": attention over a cache is causal (causal = false given)");
   const PagedKVCacheConfig& cc = cache.config();
-  if (cc.kv_heads != s.hkv || cc.head_dim != s.hd || cc.value_dim != s.hd)
-    fail(std::string(who) + ": the cache holds " + str(cc.kv_heads) + " kv heads of dim " + str(cc.head_dim) +
-         ", the layer has " + str(s.hkv) + " of dim " + str(s.hd));
+  if (cc.kv_heads != s.hkv || cc.head_dim != s.hd || cc.value_dim != s.dv)
+    fail(std::string(who) + ": the cache holds " + str(cc.kv_heads) + " kv heads of dims " + str(cc.head_dim) + "/" +
+         str(cc.value_dim) + " (K/V), the layer has " + str(s.hkv) + " of dims " + str(s.hd) + "/" + str(s.dv));
   detail::PagedStep step(who, cache, chunks, T);  // checks the chunks, claims their sequences
   const kernels::KernelTable& table = detail::kernel_table(opt.isa, opt.fpmath);
   if (T == 0) return;
@@ -502,7 +509,7 @@ void MultiHeadAttention::set_memory(const float* memory, int64_t batch, int64_t 
   if (batch * tokens > 0 && !memory) fail(std::string(who) + ": null memory");
   s.check_options(who, opt, {}, batch, tokens);
   const detail::CacheUse use(cache, true, who);
-  detail::check_cache_batch(who, cache, seqs, batch, 0, s.hkv, s.hd, s.hd);
+  detail::check_cache_batch(who, cache, seqs, batch, 0, s.hkv, s.hd, s.dv);
   if (tokens > cache.config().capacity)
     throw Error(ErrorCode::capacity, std::string(who) + ": " + str(tokens) +
                                          " memory tokens exceed the cache capacity " + str(cache.config().capacity));
@@ -529,7 +536,7 @@ void MultiHeadAttention::cross_attend(const float* x, float* y, int64_t batch, i
   s.check_io(who, x, y, batch, tokens);
   s.check_options(who, opt, {}, batch, tokens);
   const detail::CacheUse use(cache, false, who);
-  const std::vector<int64_t> held = detail::check_cache_batch(who, cache, seqs, batch, 0, s.hkv, s.hd, s.hd);
+  const std::vector<int64_t> held = detail::check_cache_batch(who, cache, seqs, batch, 0, s.hkv, s.hd, s.dv);
   const kernels::KernelTable& table = detail::kernel_table(opt.isa, opt.fpmath);
   if (batch * tokens == 0) return;
   const int64_t m = batch * tokens;
@@ -539,7 +546,8 @@ void MultiHeadAttention::cross_attend(const float* x, float* y, int64_t batch, i
   detail::AttentionCall c = s.call(who, opt, false);
   c.q = s.q_view(p, batch, tokens);
   // No new tokens: K/V come from the cache only.
-  c.k = c.v = TensorView(static_cast<const float*>(nullptr), {batch, s.hkv, 0, s.hd}, {0, 0, 0, 1});
+  c.k = TensorView(static_cast<const float*>(nullptr), {batch, s.hkv, 0, s.hd}, {0, 0, 0, 1});
+  c.v = TensorView(static_cast<const float*>(nullptr), {batch, s.hkv, 0, s.dv}, {0, 0, 0, 1});
   c.o = s.o_view(lease.get(detail::Slot::attention_out), batch, tokens);
   c.cache = const_cast<KVCache*>(&cache);  // read only: append is false
   c.seqs = seqs;

@@ -11,6 +11,7 @@ namespace attend::testing {
 
 struct RefLayer {
   int64_t dm, hq, hkv, hd;
+  int64_t hdv = 0;  // V head width; 0 = hd
   bool rope = false;
   double theta = 10000.0;
   std::vector<float> wq, wk, wv, wo, bq, bk, bv, bo;  // [out, in]; biases may be empty
@@ -59,12 +60,13 @@ struct RefLayer {
     std::vector<double> xm = cross ? std::vector<double>(kv_x->begin(), kv_x->end()) : x;
     auto q = linear(x, batch * tokens, dm, wq, bq, hq * hd);
     auto k = linear(xm, batch * kv_tokens, dm, wk, bk, hkv * hd);
-    auto v = linear(xm, batch * kv_tokens, dm, wv, bv, hkv * hd);
+    const int64_t dv = hdv ? hdv : hd;
+    auto v = linear(xm, batch * kv_tokens, dm, wv, bv, hkv * dv);
     if (rope && !cross) {
       apply_rope(q, hq, batch, tokens, first);
       apply_rope(k, hkv, batch, kv_tokens, first);
     }
-    std::vector<double> attn(static_cast<size_t>(batch * tokens * hq * hd), 0.0);
+    std::vector<double> attn(static_cast<size_t>(batch * tokens * hq * dv), 0.0);
     std::vector<double> s(static_cast<size_t>(kv_tokens));
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     for (int64_t b = 0; b < batch; ++b) {
@@ -96,13 +98,13 @@ struct RefLayer {
           double sum = sinks.empty() ? 0.0 : std::exp(sink - mx);
           for (double& e : s) sum += e = (e == -INFINITY ? 0.0 : std::exp(e - mx));
           for (int64_t j = 0; j < kv_tokens; ++j)
-            for (int64_t d = 0; d < hd; ++d)
-              attn[static_cast<size_t>(((b * tokens + i) * hq + h) * hd + d)] +=
-                  s[static_cast<size_t>(j)] / sum * v[static_cast<size_t>(((b * kv_tokens + j) * hkv + hk) * hd + d)];
+            for (int64_t d = 0; d < dv; ++d)
+              attn[static_cast<size_t>(((b * tokens + i) * hq + h) * dv + d)] +=
+                  s[static_cast<size_t>(j)] / sum * v[static_cast<size_t>(((b * kv_tokens + j) * hkv + hk) * dv + d)];
         }
       }
     }
-    return linear(attn, batch * tokens, hq * hd, wo, bo, dm);
+    return linear(attn, batch * tokens, hq * dv, wo, bo, dm);
   }
 };
 

@@ -36,6 +36,8 @@ struct LayerCase {
   std::string name;
   int64_t dm, hq, hkv, hd;
   bool bias = false, rope = false;
+  int64_t hdv = 0;  // V head width (MhaConfig::value_head_dim); 0 = hd
+  int64_t dv() const { return hdv ? hdv : hd; }
 };
 
 void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name; }
@@ -52,23 +54,25 @@ struct Model {
     ref.hq = c.hq;
     ref.hkv = c.hkv;
     ref.hd = c.hd;
+    ref.hdv = c.hdv;
     ref.rope = c.rope;
     const float ws = 1.0f / std::sqrt(static_cast<float>(c.dm));
     ref.wq = random_vec(rng, static_cast<size_t>(c.hq * c.hd * c.dm), ws);
     ref.wk = random_vec(rng, static_cast<size_t>(c.hkv * c.hd * c.dm), ws);
-    ref.wv = random_vec(rng, static_cast<size_t>(c.hkv * c.hd * c.dm), ws);
+    ref.wv = random_vec(rng, static_cast<size_t>(c.hkv * c.dv() * c.dm), ws);
     ref.wo =
-        random_vec(rng, static_cast<size_t>(c.dm * c.hq * c.hd), 1.0f / std::sqrt(static_cast<float>(c.hq * c.hd)));
+        random_vec(rng, static_cast<size_t>(c.dm * c.hq * c.dv()), 1.0f / std::sqrt(static_cast<float>(c.hq * c.dv())));
     if (c.bias) {
       ref.bq = random_vec(rng, static_cast<size_t>(c.hq * c.hd), 0.5f);
       ref.bk = random_vec(rng, static_cast<size_t>(c.hkv * c.hd), 0.5f);
-      ref.bv = random_vec(rng, static_cast<size_t>(c.hkv * c.hd), 0.5f);
+      ref.bv = random_vec(rng, static_cast<size_t>(c.hkv * c.dv()), 0.5f);
       ref.bo = random_vec(rng, static_cast<size_t>(c.dm), 0.5f);
     }
     cfg.d_model = c.dm;
     cfg.n_heads = c.hq;
     cfg.n_kv_heads = c.hkv;
     cfg.head_dim = c.hd;
+    cfg.value_head_dim = c.hdv;
     cfg.bias = c.bias;
     cfg.rope = c.rope;
   }
@@ -105,6 +109,7 @@ const std::vector<LayerCase>& layer_cases() {
       {"mqa_bias", 48, 6, 1, 8, true, false},
       {"odd_dmodel", 35, 5, 5, 7, true, false},
       {"wide_heads", 96, 2, 2, 64, false, true},
+      {"value_dim_differs", 64, 8, 2, 16, true, true, 24},  // MhaConfig::value_head_dim
   };
   return cases;
 }
@@ -163,7 +168,7 @@ TEST_P(Layer, WeightLayoutsAgree) {
     return t;
   };
   const auto wq = transpose(m.ref.wq, c.hq * c.hd, c.dm), wk = transpose(m.ref.wk, c.hkv * c.hd, c.dm),
-             wv = transpose(m.ref.wv, c.hkv * c.hd, c.dm), wo = transpose(m.ref.wo, c.dm, c.hq * c.hd);
+             wv = transpose(m.ref.wv, c.hkv * c.dv(), c.dm), wo = transpose(m.ref.wo, c.dm, c.hq * c.dv());
   MhaWeights w = m.weights();
   w.layout = WeightLayout::in_out;
   w.q = wq.data();
@@ -222,7 +227,7 @@ TEST_P(Layer, PrefillThenDecodeEqualsCausalForward) {
   const auto x = random_vec(rng, static_cast<size_t>(total * c.dm), 1.0f);
   const std::vector<double> want = m.ref.forward(x, 1, total, true);
   for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::i8}) {
-    KVCache cache({c.hkv, c.hd, 2, 64, dt});
+    KVCache cache({c.hkv, c.hd, 2, 64, dt, c.dv()});
     std::vector<float> y(x.size());
     const int64_t seq[] = {1};
     layer.forward_cached(x.data(), y.data(), 1, n, cache, seq);
@@ -251,7 +256,7 @@ TEST_P(Layer, PagedStepsEqualCausalForward) {
   std::vector<std::vector<float>> xs, ys(3);
   for (size_t i = 0; i < 3; ++i) xs.push_back(random_vec(rng, static_cast<size_t>(total[i] * c.dm), 1.0f));
   for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::i8}) {
-    PagedKVCache cache({c.hkv, c.hd, 64, 16, dt});
+    PagedKVCache cache({c.hkv, c.hd, 64, 16, dt, c.dv()});
     const int64_t ids[3] = {cache.create_sequence(), cache.create_sequence(), cache.create_sequence()};
     std::vector<int64_t> done(3, 0);
     for (size_t i = 0; i < 3; ++i) ys[i].assign(xs[i].size(), 0.0f);
@@ -394,24 +399,24 @@ TEST_P(Layer, SixteenBitActivations) {
       check(
           "forward_cached",
           [&](const float* xi, float* yo) {
-            KVCache cache({c.hkv, c.hd, 2, 32, DType::bf16});
+            KVCache cache({c.hkv, c.hd, 2, 32, DType::bf16, c.dv()});
             const int64_t seqs[] = {1, 0};
             layer.forward_cached(xi, yo, batch, tokens, cache, seqs);
           },
           [&](const void* xi, void* yo, DType yt) {
-            KVCache cache({c.hkv, c.hd, 2, 32, DType::bf16});
+            KVCache cache({c.hkv, c.hd, 2, 32, DType::bf16, c.dv()});
             const int64_t seqs[] = {1, 0};
             layer.forward_cached(xi, xt, yo, yt, batch, tokens, cache, seqs);
           });
       check(
           "forward_paged",
           [&](const float* xi, float* yo) {
-            PagedKVCache cache({c.hkv, c.hd, 8, 16, DType::i8});
+            PagedKVCache cache({c.hkv, c.hd, 8, 16, DType::i8, c.dv()});
             const SequenceChunk ch[] = {{cache.create_sequence(), 7}, {cache.create_sequence(), 11}};
             layer.forward_paged(xi, yo, ch, cache);
           },
           [&](const void* xi, void* yo, DType yt) {
-            PagedKVCache cache({c.hkv, c.hd, 8, 16, DType::i8});
+            PagedKVCache cache({c.hkv, c.hd, 8, 16, DType::i8, c.dv()});
             const SequenceChunk ch[] = {{cache.create_sequence(), 7}, {cache.create_sequence(), 11}};
             layer.forward_paged(xi, xt, yo, yt, ch, cache);
           });
@@ -440,7 +445,7 @@ TEST_P(Layer, CrossAttentionMatchesReference) {
     const int64_t batch = 2, tokens = 5, mem = 23;
     const auto x = random_vec(rng, static_cast<size_t>(batch * tokens * c.dm), 1.0f);
     const auto memory = random_vec(rng, static_cast<size_t>(batch * mem * c.dm), 1.0f);
-    KVCache cache({c.hkv, c.hd, 4, 32, DType::f32});
+    KVCache cache({c.hkv, c.hd, 4, 32, DType::f32, c.dv()});
     const int64_t seqs[] = {3, 0};
     layer.set_memory(memory.data(), batch, mem, cache, seqs);
     EXPECT_EQ(cache.length(3), mem);
@@ -481,7 +486,7 @@ TEST_P(Layer, ModelFamilyTerms) {
   const std::vector<float> x1(x.begin(), x.begin() + total * c.dm);
   const std::vector<double> want = m.ref.forward(x1, 1, total, true);
   {
-    KVCache cache({c.hkv, c.hd, 1, 64, DType::f32});
+    KVCache cache({c.hkv, c.hd, 1, 64, DType::f32, c.dv()});
     std::vector<float> y(x1.size());
     const int64_t seq[] = {0};
     layer.forward_cached(x1.data(), y.data(), 1, n, cache, seq);
@@ -490,7 +495,7 @@ TEST_P(Layer, ModelFamilyTerms) {
     expect_close(y, want, 2e-5, c.name + " forward_cached");
   }
   {
-    PagedKVCache cache({c.hkv, c.hd, 8, 16, DType::f32});
+    PagedKVCache cache({c.hkv, c.hd, 8, 16, DType::f32, c.dv()});
     const int64_t id = cache.create_sequence();
     std::vector<float> y(x1.size());
     const SequenceChunk prompt[] = {{id, n}};
@@ -507,7 +512,7 @@ TEST_P(Layer, ModelFamilyTerms) {
     const MultiHeadAttention cl(cross, w);
     const int64_t mem = 9;
     const auto memory = random_vec(rng, static_cast<size_t>(mem * c.dm), 1.0f);
-    KVCache cache({c.hkv, c.hd, 1, 16, DType::f32});
+    KVCache cache({c.hkv, c.hd, 1, 16, DType::f32, c.dv()});
     const int64_t seq[] = {0};
     cl.set_memory(memory.data(), 1, mem, cache, seq);
     std::vector<float> y(static_cast<size_t>(3 * c.dm));
@@ -538,7 +543,7 @@ TEST_P(Layer, TreeVerificationThroughForwardPaged) {
   const int64_t hist = 9, T = static_cast<int64_t>(parents.size());
   const auto xh = random_vec(rng, static_cast<size_t>(hist * c.dm), 1.0f);
   const auto xt = random_vec(rng, static_cast<size_t>(T * c.dm), 1.0f);
-  PagedKVCache cache({c.hkv, c.hd, 8, 16, DType::f32});
+  PagedKVCache cache({c.hkv, c.hd, 8, 16, DType::f32, c.dv()});
   const int64_t id = cache.create_sequence();
   std::vector<float> yh(xh.size()), yt(xt.size());
   const SequenceChunk prompt[] = {{id, hist, {}}};

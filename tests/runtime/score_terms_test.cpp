@@ -321,7 +321,8 @@ TEST_P(CachedScoreTerms, PagedMixedChunksMatchReference) {
       kept.insert(kept.end(), row(len0 - 1), row(len0));
       *h = kept;
     }
-    const auto q = random_values(rng, static_cast<size_t>(Hq * D)), k = random_values(rng, static_cast<size_t>(Hkv * D)),
+    const auto q = random_values(rng, static_cast<size_t>(Hq * D)),
+               k = random_values(rng, static_cast<size_t>(Hkv * D)),
                v = random_values(rng, static_cast<size_t>(Hkv * Dv));
     std::vector<float> o(static_cast<size_t>(Hq * Dv));
     const SequenceChunk step[] = {{ids[0], 1, {}}};
@@ -329,8 +330,8 @@ TEST_P(CachedScoreTerms, PagedMixedChunksMatchReference) {
     opt.isa = isa;
     tv.apply(t, opt);
     paged_attention(TensorView::dense(q.data(), {1, Hq, 1, D}), TensorView::dense(k.data(), {1, Hkv, 1, D}),
-                    TensorView::dense(v.data(), {1, Hkv, 1, Dv}), cache, step, TensorView::dense(o.data(), {1, Hq, 1, Dv}),
-                    opt);
+                    TensorView::dense(v.data(), {1, Hkv, 1, Dv}), cache, step,
+                    TensorView::dense(o.data(), {1, Hq, 1, Dv}), opt);
     for (auto [src, dst, d] : {std::tuple{&k, &hk[0], D}, std::tuple{&v, &hv[0], Dv}}) {
       std::vector<float> r(*src);
       for (int64_t hh = 0; hh < Hkv; ++hh) round_trip_row(r.data() + hh * d, d, dtype);
