@@ -67,11 +67,28 @@ void wide_scores(const FlashWork& w, const KvSource<E>& src, float* kpanel, cons
     ktile = kpanel;
     ldk = depth;
   }
-  const float* krow[kMaxScoreR];
-  for (int64_t jj = 0; jj < nk; jj += T::kScoreKeys) {
-    const int R = static_cast<int>(min64(T::kScoreKeys, nk - jj));
+  // One vector of query rows takes 12 keys per call: 12 independent FMA chains hide the FMA latency
+  // that 6 keys × 1 vector (6 chains) cannot.
+  constexpr int kWideR = 2 * T::kScoreKeys;
+  const float* krow[kWideR];
+  // One vector of query rows (decode-shaped: a GQA group, MLA's 16 heads): K is streamed from memory
+  // once, so its rows are fetched 8 calls (a tile) ahead, through the P·V phase too. MLA decode (D6,
+  // 16 rows, D 576): 2.25 → 1.8–1.95 ms with both changes, alternating runs.
+  const bool stream_k = nvr == 1 && std::is_same_v<E, float> && !w.k_blocked;
+  for (int64_t jj = 0; jj < nk;) {
+    const bool wide_r = nvr == 1 && jj + kWideR <= nk;
+    const int R = wide_r ? kWideR : static_cast<int>(min64(T::kScoreKeys, nk - jj));
+    if (stream_k) {
+      const int64_t n_ahead = min64(R, w.key_end - (j0 + jj + 8 * R));
+      if (n_ahead > 0) prefetch_rows(reinterpret_cast<const float*>(src.key_row(j0 + jj + 8 * R)), ldk, n_ahead, depth);
+    }
     for (int r = 0; r < R; ++r) krow[r] = ktile + (jj + r) * ldk;
     ScoreArgs a{krow, qt, ldr, depth, st + jj * ldr, ldr, colmax};
+    jj += R;
+    if (wide_r) {
+      score_tile<Arch, kWideR, 1>(a);
+      continue;
+    }
     score_dispatch<Arch>(R, nvr, a);
   }
 }

@@ -164,6 +164,37 @@ TEST_P(ScoreTerms, SoftcapBendsLargeLogits) {
   EXPECT_GT(diff, 1e-2);
 }
 
+// MLA's absorbed decode: v a view of k's memory (its leading Dv columns), MQA with 16 heads,
+// D = 576, Dv = 512, split-K lengths; and a small GQA shape the same way (prefill and decode).
+TEST_P(ScoreTerms, MlaValueInsideKey) {
+  struct Mla {
+    int64_t B, Hq, Hkv, Nq, Nk, D, Dv;
+  };
+  for (const Mla& m : {Mla{2, 16, 1, 1, 700, 576, 512}, Mla{1, 16, 1, 1, 3000, 576, 512}, Mla{1, 8, 2, 1, 300, 64, 32},
+                       Mla{1, 8, 2, 37, 90, 64, 48}}) {
+    SCOPED_TRACE("Hq=" + std::to_string(m.Hq) + " Nq=" + std::to_string(m.Nq) + " Nk=" + std::to_string(m.Nk) +
+                 " D=" + std::to_string(m.D) + " Dv=" + std::to_string(m.Dv));
+    std::mt19937 rng(static_cast<uint32_t>(m.Nk));
+    TestTensor q = TestTensor::make({m.B, m.Hq, m.Nq, m.D}), k = TestTensor::make({m.B, m.Hkv, m.Nk, m.D}),
+               o = TestTensor::make({m.B, m.Hq, m.Nq, m.Dv});
+    q.fill_uniform(rng);
+    k.fill_uniform(rng);
+    const TensorView v(k.view.data(), {m.B, m.Hkv, m.Nk, m.Dv}, k.view.strides());
+    SdpaOptions opt;
+    opt.causal = true;
+    opt.isa = GetParam();
+    scaled_dot_product_attention(q.cview(), k.cview(), v, o.view, opt);
+    const std::vector<double> want = reference_attention(q.cview(), k.cview(), v, opt);
+    std::vector<float> got;
+    for (int64_t b = 0; b < m.B; ++b)
+      for (int64_t h = 0; h < m.Hq; ++h)
+        for (int64_t i = 0; i < m.Nq; ++i)
+          for (int64_t d = 0; d < m.Dv; ++d) got.push_back(o.at(b, h, i, d));
+    EXPECT_TRUE(close_to(got, want, 1e-5));
+    EXPECT_TRUE(o.guards_intact());
+  }
+}
+
 // Results stay bitwise independent of the thread count with every term on (the sink enters one
 // split's state; the merge order is fixed).
 TEST_P(ScoreTerms, SameBitsForEveryThreadCount) {
