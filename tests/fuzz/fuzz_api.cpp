@@ -137,6 +137,20 @@ void fuzz_sdpa(Input& in, std::mt19937& rng) {
   opt.isa = isas[in.range(0, 4)];
   opt.fpmath = in.range(0, 1) ? attend::FpMath::bf16 : attend::FpMath::strict;
   opt.num_threads = static_cast<int>(in.range(0, 3));
+  // Model-family terms, sometimes invalid (a negative or non-finite cap, a per-head array of the
+  // wrong size or with a non-finite value).
+  const float caps[6] = {0.0f, 0.0f, 2.5f, 30.0f, -1.0f, NAN};
+  opt.softcap = caps[in.range(0, 5)];
+  std::vector<float> sinks, slopes;
+  for (std::vector<float>* t : {&sinks, &slopes}) {
+    const int64_t pick = in.range(0, 5);
+    if (pick == 0 || pick == 1) continue;
+    const int64_t n = pick == 5 ? Hq + 1 : Hq;
+    *t = values(rng, static_cast<size_t>(n), t == &sinks ? 3.0f : 0.5f);
+    if (pick == 4 && n > 0) (*t)[0] = t == &sinks ? INFINITY : NAN;
+  }
+  opt.sinks = sinks;
+  opt.alibi_slopes = slopes;
 
   // The workspace query validates like the call (it is not given o): it never crashes, and a call
   // it rejects is rejected too.
