@@ -49,9 +49,11 @@ void exp_columns(float* st, int64_t ldr, int64_t nk, const vfloat<Arch>* ref, vf
 
 // Sᵀ = K·Qᵀ for keys [j0, j0 + nk) in f32. K is read in place (its elements broadcast); a bf16/f16
 // or blocked tile is first widened into a row panel (`kpanel`).
+// The score terms (softcap, ALiBi with the rows' slope and pos) are applied in the microkernel's
+// epilogue, before the store and the column max.
 template <class Arch, class E>
 void wide_scores(const FlashWork& w, const KvSource<E>& src, float* kpanel, const float* qt, int64_t ldr, int nvr,
-                 int64_t j0, int64_t nk, float* st, float* colmax) {
+                 int64_t j0, int64_t nk, float* st, float* colmax, const float* slope, const float* pos) {
   using T = Tiles<Arch>;
   const int64_t depth = w.head_dim;
   const float* ktile;
@@ -84,6 +86,12 @@ void wide_scores(const FlashWork& w, const KvSource<E>& src, float* kpanel, cons
     }
     for (int r = 0; r < R; ++r) krow[r] = ktile + (jj + r) * ldk;
     ScoreArgs a{krow, qt, ldr, depth, st + jj * ldr, ldr, colmax};
+    a.softcap = w.softcap;
+    if (w.alibi) {
+      a.slope = slope;
+      a.pos = pos;
+      a.key0 = static_cast<float>(j0 + jj);
+    }
     jj += R;
     if (wide_r) {
       score_tile<Arch, kWideR, 1>(a);
@@ -178,17 +186,20 @@ void flash_wide(const FlashWork& w, float* scratch) {
     // Tiles that every row sees whole skip the mask (and use the unguarded P·V).
     const bool whole = max_lo <= j0 && min_hi >= j0 + nk;
     // The column max comes out of the score microkernel, except where masking (or a bias) will
-    // still change the scores: a masked-out large logit must not become the reference. A softcap
-    // is monotonic and maps the column max through; ALiBi shifts each key differently.
-    const bool fuse_max = whole && !w.bias && !w.alibi;
+    // still change the scores: a masked-out large logit must not become the reference. The f32
+    // score microkernel applies softcap and ALiBi itself (its max is of the final scores); the
+    // bf16 one does not: there a softcap (monotonic) maps the column max through, ALiBi (a shift
+    // per key) turns the fused max off.
+    constexpr bool kTermsInScores = !kBf16Math;
+    const bool fuse_max = whole && !w.bias && (kTermsInScores || !w.alibi);
     if (fuse_max)
       for (int64_t r = 0; r < ldr; r += W) B(kNegInf).store_aligned(colmax + r);
     if constexpr (kBf16Math) {
       bf.scores(src, j0, nk, st, fuse_max ? colmax : nullptr);
     } else {
-      wide_scores<Arch>(w, src, scratch + L.kpanel, qt, ldr, nvr, j0, nk, st, fuse_max ? colmax : nullptr);
+      wide_scores<Arch>(w, src, scratch + L.kpanel, qt, ldr, nvr, j0, nk, st, fuse_max ? colmax : nullptr, slope, pos);
     }
-    if (terms) {
+    if (terms && !kTermsInScores) {
       wide_score_terms<Arch>(w, st, ldr, nvr, j0, nk, slope, pos);
       if (fuse_max)
         for (int64_t r = 0; r < ldr; r += W)

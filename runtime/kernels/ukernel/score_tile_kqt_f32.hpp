@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "../simd/arch.hpp"
+#include "../simd/tanh.hpp"
 
 namespace attend::kernels {
 namespace {
@@ -20,6 +21,13 @@ struct ScoreArgs {
   float* out;  // Sᵀ rows, `ldo` floats apart
   int64_t ldo;
   float* colmax = nullptr;  // optional: running max over keys of each query row (column of Sᵀ)
+  // Optional score terms applied before the store (and the column max), in this order: softcap > 0:
+  // s ← softcap·tanh(s / softcap) (simd/tanh.hpp); slope non-null: ALiBi,
+  // s += slope[row]·(key0 + r − pos[row]) for key r of the call (key0: the first key's index).
+  float softcap = 0.0f;
+  const float* slope = nullptr;
+  const float* pos = nullptr;
+  float key0 = 0.0f;
 };
 
 template <class Arch, int R, int NV>
@@ -43,6 +51,19 @@ void score_tile(const ScoreArgs& a) {
       const B kb(kr[r][d]);
       ATTEND_UNROLL
       for (int n = 0; n < NV; ++n) acc[r][n] = xsimd::fma(kb, q[n], acc[r][n]);
+    }
+  }
+  if (a.softcap > 0.0f) {
+    ATTEND_UNROLL
+    for (int r = 0; r < R; ++r)
+      for (int n = 0; n < NV; ++n) acc[r][n] = softcap_f32<Arch>(acc[r][n], a.softcap, 1.0f / a.softcap);
+  }
+  if (a.slope) {
+    ATTEND_UNROLL
+    for (int n = 0; n < NV; ++n) {
+      const B slope = B::load_aligned(a.slope + n * W), pos = B::load_aligned(a.pos + n * W);
+      ATTEND_UNROLL
+      for (int r = 0; r < R; ++r) acc[r][n] = xsimd::fma(slope, B(a.key0 + static_cast<float>(r)) - pos, acc[r][n]);
     }
   }
   ATTEND_UNROLL
