@@ -65,9 +65,9 @@ class ATTEND_API KVCache {
   /// Bytes of K and V storage (capacity rounded up to whole 16-token blocks).
   size_t memory_bytes() const;
 
-  /// Appends `tokens` tokens to `seq` without attending: k and v are f32 views of shape
-  /// [1, kv_heads, tokens, head_dim] (any non-negative strides, last dimension contiguous),
-  /// converted to the storage type. Throws attend::Error, changing nothing, on a shape mismatch,
+  /// Appends `tokens` tokens to `seq` without attending: k [1, kv_heads, tokens, head_dim] and v
+  /// [1, kv_heads, tokens, value_dim], f32, bf16 or f16 of one dtype (any non-negative strides, last
+  /// dimension contiguous), converted to the storage type. Throws attend::Error, changing nothing, on a shape mismatch,
   /// or with ErrorCode::capacity (naming the sequence) if it would exceed its capacity.
   void append(int64_t seq, const TensorView& k, const TensorView& v);
 

@@ -98,8 +98,9 @@ class ATTEND_API PagedKVCache {
   /// (copy-on-write; ErrorCode::capacity with Error::blocks_missing if the pool is short). Bad
   /// arguments throw attend::Error and change nothing.
   void keep(int64_t seq, int64_t first, std::span<const int64_t> positions);
-  /// Appends k and v ([1, kv_heads, n, head_dim] f32, any non-negative strides, last dimension
-  /// contiguous) to `seq` without attending. All or nothing, like paged_attention.
+  /// Appends k ([1, kv_heads, n, head_dim]) and v ([1, kv_heads, n, value_dim]) — f32, bf16 or f16
+  /// of one dtype, any non-negative strides, last dimension contiguous — to `seq` without
+  /// attending. All or nothing, like paged_attention.
   void append(int64_t seq, const TensorView& k, const TensorView& v);
 
   /// Blocks not held by any sequence.
