@@ -1,4 +1,5 @@
-// attend::scaled_dot_product_attention — fused softmax(Q·Kᵀ·scale + mask)·V on f32 tensors.
+// attend::scaled_dot_product_attention — fused softmax(Q·Kᵀ·scale + terms + mask)·V on f32, bf16 or f16
+// tensors.
 #pragma once
 
 #include <attend/context.hpp>
@@ -84,7 +85,8 @@ struct SdpaOptions {
 ///
 /// Throws attend::Error, before writing anything, when shapes or strides disagree, Hq % Hkv ≠ 0,
 /// a pointer is null, D or Dv is 0, kv_lens has the wrong size or a value outside [0, Nk], the
-/// window is negative, the bias does not broadcast, the output is read-only or overlaps an input
+/// window is negative, the softcap is negative or not finite, sinks or alibi_slopes are neither
+/// empty nor Hq finite values, the bias does not broadcast, the output is read-only or overlaps an input
 /// or itself, or a forced ISA is unavailable; and (ErrorCode::capacity) when the context's
 /// workspace limit cannot hold the call's workspace.
 ATTEND_API void scaled_dot_product_attention(const TensorView& q, const TensorView& k, const TensorView& v,
