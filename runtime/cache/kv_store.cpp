@@ -70,19 +70,20 @@ void store_rows_i8(int8_t* k, int8_t* v, float* k_scales, float* v_scales, int64
 
 template <class Src>
 void store_typed(kernels::KvType storage, unsigned char* kp, unsigned char* vp, int64_t index, int64_t count,
-                 int64_t hd, int64_t dv, const void* k, int64_t k_stride, const void* v, int64_t v_stride, int64_t src_bytes) {
+                 int64_t hd, int64_t dv, const void* k, int64_t k_stride, const void* v, int64_t v_stride,
+                 int64_t src_bytes) {
   switch (storage) {
     case kernels::KvType::f32:
       store_rows<Src>(reinterpret_cast<float*>(kp), reinterpret_cast<float*>(vp), index, count, hd, dv, k, k_stride, v,
                       v_stride, src_bytes, [](float x) { return x; });
       break;
     case kernels::KvType::bf16:
-      store_rows<Src>(reinterpret_cast<uint16_t*>(kp), reinterpret_cast<uint16_t*>(vp), index, count, hd, dv, k, k_stride,
-                      v, v_stride, src_bytes, [](float x) { return numeric::to_bf16(x); });
+      store_rows<Src>(reinterpret_cast<uint16_t*>(kp), reinterpret_cast<uint16_t*>(vp), index, count, hd, dv, k,
+                      k_stride, v, v_stride, src_bytes, [](float x) { return numeric::to_bf16(x); });
       break;
     case kernels::KvType::f16:
-      store_rows<Src>(reinterpret_cast<uint16_t*>(kp), reinterpret_cast<uint16_t*>(vp), index, count, hd, dv, k, k_stride,
-                      v, v_stride, src_bytes, [](float x) { return numeric::to_f16(x); });
+      store_rows<Src>(reinterpret_cast<uint16_t*>(kp), reinterpret_cast<uint16_t*>(vp), index, count, hd, dv, k,
+                      k_stride, v, v_stride, src_bytes, [](float x) { return numeric::to_f16(x); });
       break;
     case kernels::KvType::i8: break;  // (store_rows_i8, with the scales)
   }
@@ -162,11 +163,14 @@ void KvStore::store(int64_t page, int64_t head, int64_t index, int64_t count, co
     float* vs = v_scales_ + scale_at(page, head);
     switch (src) {
       case kernels::KvType::f32:
-        return store_rows_i8<FromF32>(kq, vq, ks, vs, index, count, head_dim_, value_dim_, k, k_stride, v, v_stride, bytes);
+        return store_rows_i8<FromF32>(kq, vq, ks, vs, index, count, head_dim_, value_dim_, k, k_stride, v, v_stride,
+                                      bytes);
       case kernels::KvType::bf16:
-        return store_rows_i8<FromBf16>(kq, vq, ks, vs, index, count, head_dim_, value_dim_, k, k_stride, v, v_stride, bytes);
+        return store_rows_i8<FromBf16>(kq, vq, ks, vs, index, count, head_dim_, value_dim_, k, k_stride, v, v_stride,
+                                       bytes);
       case kernels::KvType::f16:
-        return store_rows_i8<FromF16>(kq, vq, ks, vs, index, count, head_dim_, value_dim_, k, k_stride, v, v_stride, bytes);
+        return store_rows_i8<FromF16>(kq, vq, ks, vs, index, count, head_dim_, value_dim_, k, k_stride, v, v_stride,
+                                      bytes);
       case kernels::KvType::i8: return;  // (never a tensor's type)
     }
   }
