@@ -13,6 +13,17 @@
 
 namespace attend {
 
+/// Where the queries sit among the keys when Nq ≠ Nk: the positions the causal mask, the window and
+/// ALiBi use.
+enum class CausalAlignment {
+  /// Query i is at position i + Nk − Nq: the queries are the last Nq positions (decode, chunked
+  /// prefill). attend's default, and the only alignment of the cache paths.
+  bottom_right,
+  /// Query i is at position i (PyTorch's `is_causal`, `torch.tril(ones(Nq, Nk))`): with Nq < Nk
+  /// the keys past Nq are never visible; with Nq > Nk the rows from Nk on see every key.
+  top_left,
+};
+
 /// Options of scaled_dot_product_attention. The defaults give plain, unmasked attention with
 /// scale 1/√D on OpenMP's default number of threads.
 struct SdpaOptions {
@@ -22,6 +33,11 @@ struct SdpaOptions {
   /// Causal mask, aligned bottom-right: query i may see key j iff j ≤ i + (Nk − Nq). With Nq < Nk
   /// this is what decode (Nq = 1) and chunked prefill need: the queries are the last Nq positions.
   bool causal = false;
+
+  /// Where query i sits among the keys (the position p_i of the causal mask, the window and
+  /// ALiBi): i + Nk − Nq (bottom_right, the default) or i (top_left). Only
+  /// scaled_dot_product_attention takes top_left; the cache paths reject it.
+  CausalAlignment causal_alignment = CausalAlignment::bottom_right;
 
   /// Sliding window W > 0: query i additionally sees only keys j > i + (Nk − Nq) − W, i.e. the W
   /// most recent positions up to its own (with `causal`, exactly W keys at most). 0 = no window.

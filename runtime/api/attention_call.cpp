@@ -174,6 +174,8 @@ Checked validate(const AttentionCall& call) {
     fail(who, "o overlaps an input" + shapes());
   if (call.check_output) check_no_self_overlap(who, o);
   s.max_keys = s.Nk;
+  if ((call.paged || call.cache) && call.top_left)
+    fail(who, "causal_alignment top_left is not supported with a cache: its queries are the last positions");
   if (call.paged) {
     const PagedKVCacheConfig& c = call.paged->config();
     if (!call.kv_lens.empty() || call.bias.data_ptr()) fail(who, "kv_lens and bias are not supported with a cache");
@@ -234,6 +236,7 @@ exec::Problem build_problem(const AttentionCall& call, const Checked& s) {
   p.q_type = elem_type(q.dtype());
   p.o_type = elem_type(o.dtype());
   p.causal = call.causal;
+  p.top_left = call.top_left;
   p.window = call.window;
   p.scale = s.scale;
   set_score_terms(call, p);
@@ -302,6 +305,9 @@ AttentionCall call_from_options(const char* who, const TensorView& q, const Tens
   c.o = o;
   c.scale = opt.scale;
   c.causal = opt.causal;
+  if (opt.causal_alignment != CausalAlignment::bottom_right && opt.causal_alignment != CausalAlignment::top_left)
+    fail(who, "causal_alignment is not a CausalAlignment value");
+  c.top_left = opt.causal_alignment == CausalAlignment::top_left;
   c.window = opt.window;
   c.softcap = opt.softcap;
   c.sinks = opt.sinks;

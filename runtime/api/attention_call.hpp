@@ -58,6 +58,7 @@ struct AttentionCall {
   std::span<const SequenceChunk> chunks;
   float scale = 0.0f;  // 0 = 1/√D
   bool causal = false;
+  bool top_left = false;  // SdpaOptions::causal_alignment (sdpa only)
   int64_t window = 0;
   float softcap = 0.0f;
   std::span<const float> sinks, alibi_slopes;  // empty or Hq each

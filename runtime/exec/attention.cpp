@@ -164,8 +164,7 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     w.row_count = std::min(p.block_rows, p.group * e.num_queries - w.row_begin);
     w.head_dim = pr.head_dim;
     w.value_dim = Dv;
-    w.num_keys = e.num_keys;
-    w.num_queries = e.num_queries;
+    w.first_position = pr.top_left ? 0 : e.num_keys - e.num_queries;
     w.valid_keys = e.valid_keys;
     w.causal = pr.causal;
     w.window = pr.window;

@@ -24,7 +24,7 @@ struct BatchEntry {
   const float* k_scale = nullptr;
   const float* v_scale = nullptr;
   int64_t num_queries;  // Nq of this entry
-  int64_t num_keys;     // Nk of this entry (causal alignment is bottom-right against it)
+  int64_t num_keys;     // Nk of this entry (causal alignment is bottom-right against it unless top_left)
   int64_t valid_keys;   // keys >= valid_keys are masked (<= num_keys)
   // A tree chunk (kernels::FlashWork::tree, tree_words, tree_depth), or null.
   const uint64_t* tree = nullptr;
@@ -44,6 +44,9 @@ struct Problem {
   int64_t page_tokens = 0, page_stride = 0;  // paged entries (kernels::FlashWork)
   int64_t scale_head_stride = 0;             // i8: floats between one kv head's scales and the next
   bool causal = false;
+  // Query i sits at key position i (true) instead of i + Nk − Nq (kernels::FlashWork::first_position):
+  // for the causal mask, the window and ALiBi.
+  bool top_left = false;
   int64_t window = 0;
   float scale = 1.0f;  // already resolved (no 0 = 1/√D here)
   // Score terms (kernels::FlashWork): softcap (0 = none), and per query head ALiBi slopes and sink

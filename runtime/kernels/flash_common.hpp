@@ -42,30 +42,30 @@ struct RowMap {
   // Visible keys [lo, hi) of query position i (see FlashWork); a tree row's chunk keys are further
   // masked by its bits (tree_mask_*).
   int64_t hi(int64_t r) const {
-    const int64_t off = w->num_keys - w->num_queries;
+    const int64_t off = w->first_position;
     return w->causal ? min64(w->valid_keys, position(r) + off + 1) : w->valid_keys;
   }
   int64_t lo(int64_t r) const {
-    const int64_t off = w->num_keys - w->num_queries;
+    const int64_t off = w->first_position;
     if (w->window <= 0) return 0;
     if (w->tree) return min64(off, max64(0, off + w->tree_depth[position(r)] - w->window + 1));
     return max64(0, position(r) + off - w->window + 1);
   }
-  // Row r's ALiBi slope (0 without ALiBi) and bottom-right aligned position i + Nk − Nq (a tree
-  // token's: Nk − Nq + its depth).
+  // Row r's ALiBi slope (0 without ALiBi) and position i + off (FlashWork::first_position; a tree
+  // token's: off + its depth).
   float slope(int64_t r) const { return w->alibi ? w->alibi[head(r)] : 0.0f; }
   float key_position(int64_t r) const {
-    const int64_t off = w->num_keys - w->num_queries;
+    const int64_t off = w->first_position;
     return static_cast<float>(off + (w->tree ? w->tree_depth[position(r)] : position(r)));
   }
-  // Tree verification: whether row r sees chunk key j (j ≥ Nk − Nq), and the ALiBi correction of
+  // Tree verification: whether row r sees chunk key j (j ≥ off), and the ALiBi correction of
   // that key (its position is not its index).
   bool tree_sees(int64_t r, int64_t j) const {
-    const int64_t c = j - (w->num_keys - w->num_queries);
+    const int64_t c = j - w->first_position;
     return (w->tree[position(r) * w->tree_words + c / 64] >> (c % 64)) & 1u;
   }
   float tree_alibi(int64_t r, int64_t j) const {
-    const int64_t off = w->num_keys - w->num_queries;
+    const int64_t off = w->first_position;
     return slope(r) * static_cast<float>(off + w->tree_depth[j - off] - j);
   }
 };

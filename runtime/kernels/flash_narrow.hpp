@@ -43,7 +43,7 @@ NarrowRows narrow_rows(const FlashWork& w) {
       R.key_hi = max64(R.key_hi, R.rhi[r]);
     }
     R.max_lo = max64(R.max_lo, R.rlo[r]);
-    R.min_hi = min64(R.min_hi, w.tree ? min64(R.rhi[r], w.num_keys - w.num_queries) : R.rhi[r]);
+    R.min_hi = min64(R.min_hi, w.tree ? min64(R.rhi[r], w.first_position) : R.rhi[r]);
   }
   // A blocked K is scored a whole block at a time: start at a block boundary (the keys before
   // key_lo are masked like any other invisible key; split-K ranges are block-aligned already).

@@ -147,7 +147,7 @@ void flash_wide(const FlashWork& w, float* scratch) {
     }
     max_lo = max64(max_lo, rlo);
     // (a tree's chunk keys are masked per row: no tile holding them is whole)
-    min_hi = min64(min_hi, w.tree ? min64(rhi, w.num_keys - w.num_queries) : rhi);
+    min_hi = min64(min_hi, w.tree ? min64(rhi, w.first_position) : rhi);
     slope[r] = rows.slope(rr);
     pos[r] = rows.key_position(rr);
     if (r < nr) {

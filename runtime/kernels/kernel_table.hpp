@@ -61,15 +61,16 @@ struct FlashWork {
   const float* bias;
   int64_t bias_head_stride, bias_row_stride, bias_key_stride;
 
-  int64_t group;        // G: query heads per kv head
-  int64_t row_begin;    // first stacked row
-  int64_t row_count;    // rows in this block (<= plan's block_rows)
-  int64_t head_dim;     // D
-  int64_t value_dim;    // Dv
-  int64_t num_keys;     // Nk (the tensor's key count, used for the causal offset)
-  int64_t num_queries;  // Nq
+  int64_t group;      // G: query heads per kv head
+  int64_t row_begin;  // first stacked row
+  int64_t row_count;  // rows in this block (<= plan's block_rows)
+  int64_t head_dim;   // D
+  int64_t value_dim;  // Dv
+  // Position of query row 0 among the keys, off: Nk − Nq (bottom-right alignment, every path but
+  // sdpa's top-left option) or 0 (top-left: query i sits at key position i).
+  int64_t first_position;
 
-  // Mask, per query position i: keys [lo(i), hi(i)) are visible, with off = Nk - Nq:
+  // Mask, per query position i: keys [lo(i), hi(i)) are visible:
   //   hi(i) = min(valid_keys, causal ? i + off + 1 : Nk),  lo(i) = window > 0 ? i + off - window + 1 : 0.
   int64_t valid_keys;  // kv_lens[b], or Nk
   bool causal;
@@ -82,7 +83,7 @@ struct FlashWork {
 
   // Score terms, applied to each scaled score s of query row (g, i) and key j in this order, before
   // the bias and the masks: softcap > 0: s ← softcap·tanh(s / softcap); alibi (slopes of the group's
-  // heads, alibi[g], or null): s += alibi[g]·(j − (i + Nk − Nq)). sinks (logits of the group's
+  // heads, alibi[g], or null): s += alibi[g]·(j − (i + off)). sinks (logits of the group's
   // heads, or null): the softmax of row (g, i) has e^(sinks[g] − m) in its denominator; it enters
   // the running sum of the work item holding key 0 (key_begin == 0), once, so split-K merges count
   // it once.

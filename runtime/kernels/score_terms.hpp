@@ -62,7 +62,7 @@ void narrow_score_terms(const FlashWork& w, float* s, int64_t j0, int64_t nkp, f
 // chunk's keys only.
 inline void tree_terms(const FlashWork& w, const RowMap& rows, float* s, int64_t row_stride, int64_t key_stride,
                        int64_t r_begin, int64_t r_end, int64_t j0, int64_t nk) {
-  const int64_t off = w.num_keys - w.num_queries;
+  const int64_t off = w.first_position;
   for (int64_t r = r_begin; r < r_end; ++r)
     for (int64_t jj = max64(0, off - j0); jj < nk; ++jj) {
       float& x = s[r * row_stride + jj * key_stride];

@@ -35,7 +35,8 @@ inline std::vector<double> reference_attention(const TensorView& q, const Tensor
     for (int64_t h = 0; h < Hq; ++h) {
       const int64_t hk = h / (Hq / Hkv);
       for (int64_t i = 0; i < Nq; ++i) {
-        const int64_t pos = i + (Nk - Nq);  // bottom-right aligned position of query i
+        // bottom-right aligned position of query i, or i itself (top-left)
+        const int64_t pos = opt.causal_alignment == CausalAlignment::top_left ? i : i + (Nk - Nq);
         double mx = ninf;
         for (int64_t j = 0; j < Nk; ++j) {
           bool visible = j < valid;

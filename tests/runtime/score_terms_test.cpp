@@ -78,8 +78,10 @@ std::vector<Shape> shapes() {
   };
 }
 
-void run_sdpa(const Shape& s, const Terms& t, Isa isa, FpMath fpmath, double tol, uint32_t seed) {
-  SCOPED_TRACE(s.describe() + t.describe() + (fpmath == FpMath::bf16 ? " fpmath=bf16" : ""));
+void run_sdpa(const Shape& s, const Terms& t, Isa isa, FpMath fpmath, double tol, uint32_t seed,
+              CausalAlignment align = CausalAlignment::bottom_right) {
+  SCOPED_TRACE(s.describe() + t.describe() + (fpmath == FpMath::bf16 ? " fpmath=bf16" : "") +
+               (align == CausalAlignment::top_left ? " top_left" : ""));
   std::mt19937 rng(seed);
   TestTensor q = TestTensor::make({s.B, s.Hq, s.Nq, s.D}), k = TestTensor::make({s.B, s.Hkv, s.Nk, s.D}),
              v = TestTensor::make({s.B, s.Hkv, s.Nk, s.Dv}), o = TestTensor::make({s.B, s.Hq, s.Nq, s.Dv});
@@ -89,6 +91,7 @@ void run_sdpa(const Shape& s, const Terms& t, Isa isa, FpMath fpmath, double tol
   const TermValues tv(t, s.Hq, rng);
   SdpaOptions opt;
   opt.causal = s.causal;
+  opt.causal_alignment = align;
   opt.window = s.window;
   opt.isa = isa;
   opt.fpmath = fpmath;
@@ -126,6 +129,24 @@ TEST_P(ScoreTerms, SdpaEveryCombinationAndShape) {
   uint32_t seed = 1;
   for (const Shape& s : shapes())
     for (const Terms& t : every_combination()) run_sdpa(s, t, GetParam(), FpMath::strict, 1e-5, seed++);
+}
+
+// SdpaOptions::causal_alignment = top_left (PyTorch's is_causal): query i at position i for the
+// causal mask, the window and ALiBi. Nq < Nk (keys past Nq never visible: whole split-K items of a
+// long decode row are masked), Nq > Nk (rows from Nk on see every key), with and without the terms.
+TEST_P(ScoreTerms, TopLeftAlignment) {
+  const std::vector<Shape> cases = {
+      {1, 2, 2, 5, 9, 16, 16, true, 0},      {2, 4, 2, 17, 80, 64, 64, true, 0},
+      {1, 4, 1, 90, 30, 32, 48, true, 0},    {1, 8, 2, 1, 2100, 64, 64, true, 0},
+      {1, 4, 4, 3, 700, 64, 64, true, 2},    {1, 4, 2, 70, 130, 64, 64, true, 20},
+      {1, 4, 2, 130, 70, 64, 64, false, 16}, {2, 4, 2, 33, 70, 16, 16, true, 0, true},
+  };
+  uint32_t seed = 500;
+  for (const Shape& s : cases)
+    for (const Terms& t : {Terms{}, Terms{3.0f, true, true}, Terms{0.0f, false, true}}) {
+      run_sdpa(s, t, GetParam(), FpMath::strict, 1e-5, seed++, CausalAlignment::top_left);
+      run_sdpa(s, t, GetParam(), FpMath::bf16, 3e-2, seed++, CausalAlignment::top_left);
+    }
 }
 
 TEST_P(ScoreTerms, SdpaBf16Math) {
@@ -434,6 +455,21 @@ TEST(ScoreTermsInvalid, RejectedAndNothingChanges) {
       for (int64_t i2 = 0; i2 < N; ++i2)
         for (int64_t d = 0; d < D; ++d) ASSERT_EQ(o.at(0, h, i2, d), 7.0f);
   }
+  // top_left is sdpa's alone (a cache's queries are its last positions); a value outside the enum
+  // is rejected everywhere.
+  SdpaOptions top_left, bogus;
+  top_left.causal = true;
+  top_left.causal_alignment = CausalAlignment::top_left;
+  bogus.causal_alignment = static_cast<CausalAlignment>(7);
+  EXPECT_THROW(cached_attention(q.cview(), k.cview(), v.cview(), cache, seq, o.view, top_left), Error);
+  EXPECT_THROW(paged_attention(q.cview(), k.cview(), v.cview(), paged, chunk, o.view, top_left), Error);
+  EXPECT_THROW(scaled_dot_product_attention(q.cview(), k.cview(), v.cview(), o.view, bogus), Error);
+  EXPECT_THROW(cached_attention(q.cview(), k.cview(), v.cview(), cache, seq, o.view, bogus), Error);
+  EXPECT_EQ(cache.length(0), 0);
+  EXPECT_EQ(paged.length(id), 0);
+  for (int64_t h = 0; h < Hq; ++h)
+    for (int64_t i2 = 0; i2 < N; ++i2)
+      for (int64_t d = 0; d < D; ++d) ASSERT_EQ(o.at(0, h, i2, d), 7.0f);
 }
 
 std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) { return isa_name(info.param); }
