@@ -151,6 +151,7 @@ void fuzz_sdpa(Input& in, std::mt19937& rng) {
   }
   opt.sinks = sinks;
   opt.alibi_slopes = slopes;
+  if (in.range(0, 3) == 0) opt.causal_alignment = attend::CausalAlignment::top_left;  // PyTorch's is_causal
 
   // The workspace query validates like the call (it is not given o): it never crashes, and a call
   // it rejects is rejected too.

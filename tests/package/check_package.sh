@@ -10,7 +10,8 @@
 #     does not, and must not impose it on consumers);
 #  6. a shared build: versioned sonames, only the public API (and attend::detail, the interface
 #     between attend's own two libraries) exported, and the example runs against it;
-#  7. attend_core alone (ATTEND_LAYER=OFF: no oneDNN at all) builds, installs and serves sdpa.
+#  7. attend_core alone (ATTEND_LAYER=OFF: no oneDNN at all) builds, installs and serves sdpa;
+#  8. the C API (attend/attend.h) from a C11 program built with gcc and the installed attend.pc.
 # usage: check_package.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src="$(cd "$1" && pwd)"
@@ -30,6 +31,14 @@ pkg-config --exists attend
 g++ -std=c++20 -Wall -Wextra -Werror "$src/tests/package/subdir_consumer/consumer.cpp" -o "$work/pc_consumer" \
   $(pkg-config --cflags --libs --static attend)
 "$work/pc_consumer"
+
+echo "== the C API from C11 (gcc -std=c11 -Wall -Wextra -Werror, pkg-config --static attend)"
+gcc -std=c11 -Wall -Wextra -Werror -pedantic "$src/tests/c_api/c_api_test.c" -o "$work/c_api_test" \
+  $(pkg-config --cflags --libs --static attend) -lm
+OMP_NUM_THREADS=2 "$work/c_api_test"
+echo '#include <attend/attend.h>' > "$work/one_header.c"
+gcc -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -I"$work/prefix/include" "$work/one_header.c"
+g++ -std=c++20 -Wall -Wextra -Werror -fsyntax-only -x c++ -I"$work/prefix/include" "$work/one_header.c"
 
 echo "== public headers"
 for h in "$work/prefix/include/attend/"*.hpp; do
