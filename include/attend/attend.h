@@ -71,8 +71,8 @@ typedef enum attend_causal_alignment {
 
 /* ---- library facts ----------------------------------------------------------------------- */
 
-ATTEND_C_API attend_status attend_version(const char** version);           /* "0.1.0" */
-ATTEND_C_API attend_status attend_active_isa(attend_isa* isa);             /* what AUTOMATIC runs */
+ATTEND_C_API attend_status attend_version(const char** version); /* "0.1.0" */
+ATTEND_C_API attend_status attend_active_isa(attend_isa* isa);   /* what AUTOMATIC runs */
 ATTEND_C_API attend_status attend_isa_name(attend_isa isa, const char** name);
 ATTEND_C_API attend_status attend_isa_supported(attend_isa isa, int* supported);
 /* BLOOM's / the ALiBi paper's slopes for `heads` heads, written to slopes[0 .. heads). */
@@ -122,22 +122,22 @@ ATTEND_C_API attend_status attend_context_release(attend_context* ctx); /* retur
 
 /* SdpaOptions. Counts go with their pointers (0 with NULL = none). */
 typedef struct attend_sdpa_options {
-  float scale;                                /* 0 = 1/sqrt(D) */
-  int causal;                                 /* nonzero = causal */
+  float scale; /* 0 = 1/sqrt(D) */
+  int causal;  /* nonzero = causal */
   attend_causal_alignment causal_alignment;
-  int64_t window;                             /* 0 = none */
-  float softcap;                              /* 0 = none */
-  const float* sinks;                         /* Hq logits, or NULL */
+  int64_t window;     /* 0 = none */
+  float softcap;      /* 0 = none */
+  const float* sinks; /* Hq logits, or NULL */
   size_t sinks_count;
-  const float* alibi_slopes;                  /* Hq slopes, or NULL */
+  const float* alibi_slopes; /* Hq slopes, or NULL */
   size_t alibi_slopes_count;
-  const int64_t* kv_lens;                     /* B valid key counts, or NULL */
+  const int64_t* kv_lens; /* B valid key counts, or NULL */
   size_t kv_lens_count;
-  attend_tensor bias;                         /* f32, broadcastable to [B, Hq, Nq, Nk]; data NULL = none */
-  int num_threads;                            /* 0 = the context's */
+  attend_tensor bias; /* f32, broadcastable to [B, Hq, Nq, Nk]; data NULL = none */
+  int num_threads;    /* 0 = the context's */
   attend_isa isa;
   attend_fpmath fpmath;
-  attend_context* context;                    /* NULL = the process-wide default */
+  attend_context* context; /* NULL = the process-wide default */
 } attend_sdpa_options;
 
 /* o = softmax(q·kᵀ·scale + terms + mask)·v. options may be NULL (defaults). */
@@ -287,10 +287,9 @@ ATTEND_C_API attend_status attend_layer_forward_paged(const attend_layer* layer,
 ATTEND_C_API attend_status attend_layer_set_memory(const attend_layer* layer, const float* memory, int64_t batch,
                                                    int64_t tokens, attend_kv_cache* cache, const int64_t* seqs,
                                                    size_t n_seqs, const attend_layer_options* options);
-ATTEND_C_API attend_status attend_layer_cross_attend(const attend_layer* layer, const float* x, float* y,
-                                                     int64_t batch, int64_t tokens, const attend_kv_cache* cache,
-                                                     const int64_t* seqs, size_t n_seqs,
-                                                     const attend_layer_options* options);
+ATTEND_C_API attend_status attend_layer_cross_attend(const attend_layer* layer, const float* x, float* y, int64_t batch,
+                                                     int64_t tokens, const attend_kv_cache* cache, const int64_t* seqs,
+                                                     size_t n_seqs, const attend_layer_options* options);
 
 #ifdef __cplusplus
 } /* extern "C" */

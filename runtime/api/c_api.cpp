@@ -172,9 +172,9 @@ std::vector<attend::SequenceChunk> chunks_of(const attend_sequence_chunk* c, siz
   out.reserve(n);
   for (const attend_sequence_chunk& x : in) {
     if (x.tokens < 0) invalid(who, "a chunk has " + std::to_string(x.tokens) + " tokens");
-    out.push_back({x.seq, x.tokens,
-                   x.parents ? std::span<const int32_t>(x.parents, static_cast<size_t>(x.tokens))
-                             : std::span<const int32_t>()});
+    out.push_back(
+        {x.seq, x.tokens,
+         x.parents ? std::span<const int32_t>(x.parents, static_cast<size_t>(x.tokens)) : std::span<const int32_t>()});
   }
   return out;
 }
@@ -261,7 +261,8 @@ attend_status attend_context_set_num_threads(attend_context* ctx, int n) {
   return guarded([&] { need(ctx, "attend_context_set_num_threads", "ctx").ctx.set_num_threads(n); });
 }
 attend_status attend_context_set_max_workspace_bytes(attend_context* ctx, size_t bytes) {
-  return guarded([&] { need(ctx, "attend_context_set_max_workspace_bytes", "ctx").ctx.set_max_workspace_bytes(bytes); });
+  return guarded(
+      [&] { need(ctx, "attend_context_set_max_workspace_bytes", "ctx").ctx.set_max_workspace_bytes(bytes); });
 }
 attend_status attend_context_workspace_bytes(const attend_context* ctx, size_t* bytes) {
   return guarded([&] {
@@ -358,9 +359,8 @@ attend_status attend_paged_kv_cache_create(const attend_paged_kv_cache_config* c
     const char* who = "attend_paged_kv_cache_create";
     attend_paged_kv_cache*& o = out_param(out, who);
     const attend_paged_kv_cache_config& c = need(config, who, "config");
-    o = new attend_paged_kv_cache(attend::PagedKVCacheConfig{c.kv_heads, c.head_dim, c.num_blocks,
-                                                             c.block_tokens ? c.block_tokens : 32,
-                                                             dtype(c.dtype, who), c.value_dim});
+    o = new attend_paged_kv_cache(attend::PagedKVCacheConfig{
+        c.kv_heads, c.head_dim, c.num_blocks, c.block_tokens ? c.block_tokens : 32, dtype(c.dtype, who), c.value_dim});
   });
 }
 attend_status attend_paged_kv_cache_destroy(attend_paged_kv_cache* cache) {

@@ -10,33 +10,33 @@
 
 static int failures = 0;
 
-#define CHECK(cond)                                                     \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                       \
-    }                                                                   \
+      ++failures;                                                              \
+    }                                                                          \
   } while (0)
 
-#define OK(call)                                                                                   \
-  do {                                                                                             \
-    attend_status s_ = (call);                                                                     \
-    if (s_ != ATTEND_OK) {                                                                         \
+#define OK(call)                                                                                  \
+  do {                                                                                            \
+    attend_status s_ = (call);                                                                    \
+    if (s_ != ATTEND_OK) {                                                                        \
       fprintf(stderr, "%s:%d: %s -> %s: %s\n", __FILE__, __LINE__, #call, attend_status_name(s_), \
-              attend_last_error());                                                                \
-      ++failures;                                                                                  \
-    }                                                                                              \
+              attend_last_error());                                                               \
+      ++failures;                                                                                 \
+    }                                                                                             \
   } while (0)
 
 /* A failing call: the expected status and a message naming the function. */
-#define FAILS(call, status, name)                                                                      \
-  do {                                                                                                 \
-    attend_status s_ = (call);                                                                         \
-    if (s_ != (status) || strstr(attend_last_error(), (name)) == NULL) {                               \
-      fprintf(stderr, "%s:%d: %s -> %s (%s), expected %s\n", __FILE__, __LINE__, #call,               \
-              attend_status_name(s_), attend_last_error(), attend_status_name(status));                \
-      ++failures;                                                                                      \
-    }                                                                                                  \
+#define FAILS(call, status, name)                                                                               \
+  do {                                                                                                          \
+    attend_status s_ = (call);                                                                                  \
+    if (s_ != (status) || strstr(attend_last_error(), (name)) == NULL) {                                        \
+      fprintf(stderr, "%s:%d: %s -> %s (%s), expected %s\n", __FILE__, __LINE__, #call, attend_status_name(s_), \
+              attend_last_error(), attend_status_name(status));                                                 \
+      ++failures;                                                                                               \
+    }                                                                                                           \
   } while (0)
 
 static unsigned rng_state = 12345u;
@@ -64,9 +64,8 @@ static float from_bf16(uint16_t b) {
 
 /* Reference: dense [B, Hq, Nq, D] / [B, Hkv, Nk, D]; pos_i = i + off (off = Nk − Nq, or 0 for
  * top-left); causal, softcap, sinks (per query head, or NULL), ALiBi slopes (or NULL). */
-static void reference(const float* q, const float* k, const float* v, double* o, int B, int Hq, int Hkv, int Nq,
-                      int Nk, int D, int causal, int top_left, float softcap, const float* sinks,
-                      const float* slopes) {
+static void reference(const float* q, const float* k, const float* v, double* o, int B, int Hq, int Hkv, int Nq, int Nk,
+                      int D, int causal, int top_left, float softcap, const float* sinks, const float* slopes) {
   const double scale = 1.0 / sqrt((double)D);
   const int off = top_left ? 0 : Nk - Nq;
   double* s = malloc(sizeof(double) * (size_t)Nk);
@@ -84,8 +83,10 @@ static void reference(const float* q, const float* k, const float* v, double* o,
           x *= scale;
           if (softcap > 0) x = softcap * tanh(x / softcap);
           if (slopes) x += slopes[h] * (double)(j - (i + off));
-          if (causal && j > i + off) x = -INFINITY;
-          else any = 1;
+          if (causal && j > i + off)
+            x = -INFINITY;
+          else
+            any = 1;
           s[j] = x;
           if (x > m) m = x;
         }
@@ -353,10 +354,10 @@ static void test_layer(void) {
   OK(attend_kv_cache_create(&cc, &cache));
   const int64_t slot[1] = {0};
   OK(attend_layer_forward_cached(layer, x, ATTEND_F32, y2, ATTEND_F32, 1, T - 2, cache, slot, 1, &lo));
-  OK(attend_layer_forward_cached(layer, x + (T - 2) * DM, ATTEND_F32, y2 + (T - 2) * DM, ATTEND_F32, 1, 1, cache,
-                                 slot, 1, &lo));
-  OK(attend_layer_forward_cached(layer, x + (T - 1) * DM, ATTEND_F32, y2 + (T - 1) * DM, ATTEND_F32, 1, 1, cache,
-                                 slot, 1, &lo));
+  OK(attend_layer_forward_cached(layer, x + (T - 2) * DM, ATTEND_F32, y2 + (T - 2) * DM, ATTEND_F32, 1, 1, cache, slot,
+                                 1, &lo));
+  OK(attend_layer_forward_cached(layer, x + (T - 1) * DM, ATTEND_F32, y2 + (T - 1) * DM, ATTEND_F32, 1, 1, cache, slot,
+                                 1, &lo));
   double err = 0, ymax = 0;
   for (int i = 0; i < T * DM; ++i) {
     err = fmax(err, fabs(y[i] - y2[i]));
@@ -385,8 +386,7 @@ static void test_layer(void) {
   /* Errors: a bad option, a cache of the wrong shape, missing weights — nothing written. */
   for (int i = 0; i < T * DM; ++i) y2[i] = 3.0f;
   lo.causal = 5;
-  FAILS(attend_layer_forward(layer, x, ATTEND_F32, y2, ATTEND_F32, 1, T, &lo), ATTEND_ERROR_INVALID_ARGUMENT,
-        "causal");
+  FAILS(attend_layer_forward(layer, x, ATTEND_F32, y2, ATTEND_F32, 1, T, &lo), ATTEND_ERROR_INVALID_ARGUMENT, "causal");
   lo.causal = 0;
   attend_kv_cache* wrong = NULL;
   attend_kv_cache_config wc = {HKV, HD * 2, 1, 32, ATTEND_F32, 0};

@@ -99,8 +99,8 @@ void fuzz_sdpa(Input& in, std::mt19937& rng) {
   opt.isa = some_enum<attend_isa>(in, 4);
   opt.fpmath = some_enum<attend_fpmath>(in, 1);
   const std::vector<float> before = o;
-  const attend_status s = attend_sdpa(in.range(0, 15) == 0 ? nullptr : &tq, &tk, &tv, &to,
-                                      in.range(0, 15) == 0 ? nullptr : &opt);
+  const attend_status s =
+      attend_sdpa(in.range(0, 15) == 0 ? nullptr : &tq, &tk, &tv, &to, in.range(0, 15) == 0 ? nullptr : &opt);
   check_status(s);
   if (s != ATTEND_OK) {
     if (std::memcmp(before.data(), o.data(), o.size() * sizeof(float)) != 0) fail();
@@ -109,8 +109,8 @@ void fuzz_sdpa(Input& in, std::mt19937& rng) {
   if (twist != 0 || opt.fpmath != ATTEND_FPMATH_STRICT) return;  // checked against the reference: plain calls
   attend::SdpaOptions ref;
   ref.causal = opt.causal != 0;
-  ref.causal_alignment =
-      opt.causal_alignment == ATTEND_CAUSAL_TOP_LEFT ? attend::CausalAlignment::top_left : attend::CausalAlignment::bottom_right;
+  ref.causal_alignment = opt.causal_alignment == ATTEND_CAUSAL_TOP_LEFT ? attend::CausalAlignment::top_left
+                                                                        : attend::CausalAlignment::bottom_right;
   ref.window = opt.window;
   ref.softcap = opt.softcap;
   ref.sinks = sinks;
@@ -119,8 +119,8 @@ void fuzz_sdpa(Input& in, std::mt19937& rng) {
   const auto dense = [](const std::vector<float>& x, int64_t b, int64_t h, int64_t n, int64_t d) {
     return attend::TensorView::dense(x.data(), {b, h, n, d});
   };
-  const std::vector<double> want =
-      attend::testing::reference_attention(dense(q, B, Hq, Nq, D), dense(k, B, Hkv, Nk, D), dense(v, B, Hkv, Nk, D), ref);
+  const std::vector<double> want = attend::testing::reference_attention(dense(q, B, Hq, Nq, D), dense(k, B, Hkv, Nk, D),
+                                                                        dense(v, B, Hkv, Nk, D), ref);
   for (size_t i = 0; i < want.size(); ++i)
     if (!(std::abs(o[i] - want[i]) <= 1e-4 * (1.0 + std::abs(want[i])))) fail();
 }
