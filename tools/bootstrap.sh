@@ -20,13 +20,15 @@ jobs="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
 
 # Debian packages attend needs to build and benchmark. OpenMP comes with g++ (libgomp).
 # (oneDNN is used through its library and headers, so OpenCL's development files are not needed.)
-packages=(g++ cmake make libdnnl-dev libxsimd-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev)
+packages=(g++ cmake make libdnnl-dev libxsimd-dev libgtest-dev libbenchmark-dev nlohmann-json3-dev libcli11-dev
+  python3-dev pybind11-dev python3-numpy)
 # The test suite also compares with PyTorch (Debian's torch belongs to /usr/bin/python3; without
 # OpenMP OpenBLAS it falls back to a reference BLAS ~10x slower), fuzzes with clang's libFuzzer,
-# checks the pkg-config file, and CI cross-builds the NEON path for aarch64 and runs it under qemu.
+# checks the pkg-config file, renders attend-report's page in headless Chromium, and CI cross-builds
+# the NEON path for aarch64 and runs it under qemu. (python3-dev, pybind11-dev: the `attend` module.)
 if [[ "$verb" == test ]]; then
   packages+=(python3 python3-torch python3-numpy libopenblas0-openmp clang libclang-rt-14-dev pkg-config
-    g++-aarch64-linux-gnu qemu-user)
+    g++-aarch64-linux-gnu qemu-user chromium)
 fi
 
 missing=()

@@ -5,9 +5,11 @@
 #include <attend/attend.h>
 
 #include <attend/attend.hpp>
+#include <cstring>
 #include <exception>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 struct attend_context {
@@ -83,17 +85,26 @@ T& need(T* p, const char* who, const char* what) {
   return *p;
 }
 
-attend::DType dtype(attend_dtype d, const char* who) {
+// An enum a C caller filled in, as its integer: C may store any int in it, and reading an
+// out-of-range value as the C++ enum type would be undefined, so its bytes are copied instead.
+template <class E>
+int raw(const E& e) {
+  std::underlying_type_t<E> x;
+  std::memcpy(&x, &e, sizeof x);
+  return static_cast<int>(x);
+}
+
+attend::DType dtype(int d, const char* who) {
   switch (d) {
     case ATTEND_F32: return attend::DType::f32;
     case ATTEND_BF16: return attend::DType::bf16;
     case ATTEND_F16: return attend::DType::f16;
     case ATTEND_I8: return attend::DType::i8;
   }
-  invalid(who, "dtype " + std::to_string(static_cast<int>(d)) + " is not an attend_dtype");
+  invalid(who, "dtype " + std::to_string(d) + " is not an attend_dtype");
 }
 
-attend::Isa isa(attend_isa i, const char* who) {
+attend::Isa isa(int i, const char* who) {
   switch (i) {
     case ATTEND_ISA_AUTOMATIC: return attend::Isa::automatic;
     case ATTEND_ISA_GENERIC: return attend::Isa::generic;
@@ -101,7 +112,7 @@ attend::Isa isa(attend_isa i, const char* who) {
     case ATTEND_ISA_AVX512: return attend::Isa::avx512;
     case ATTEND_ISA_AVX512_BF16: return attend::Isa::avx512_bf16;
   }
-  invalid(who, "isa " + std::to_string(static_cast<int>(i)) + " is not an attend_isa");
+  invalid(who, "isa " + std::to_string(i) + " is not an attend_isa");
 }
 
 attend_isa c_isa(attend::Isa i) {
@@ -115,12 +126,12 @@ attend_isa c_isa(attend::Isa i) {
   return ATTEND_ISA_AUTOMATIC;
 }
 
-attend::FpMath fpmath(attend_fpmath f, const char* who) {
+attend::FpMath fpmath(int f, const char* who) {
   switch (f) {
     case ATTEND_FPMATH_STRICT: return attend::FpMath::strict;
     case ATTEND_FPMATH_BF16: return attend::FpMath::bf16;
   }
-  invalid(who, "fpmath " + std::to_string(static_cast<int>(f)) + " is not an attend_fpmath");
+  invalid(who, "fpmath " + std::to_string(f) + " is not an attend_fpmath");
 }
 
 // A C array as a span: NULL with count 0 is empty; NULL with a count is an error.
@@ -134,13 +145,13 @@ attend::TensorView view(const attend_tensor* t, const char* who, const char* wha
   const attend_tensor& c = need(t, who, what);
   const attend::TensorView::Dims shape{c.shape[0], c.shape[1], c.shape[2], c.shape[3]};
   const attend::TensorView::Dims strides{c.strides[0], c.strides[1], c.strides[2], c.strides[3]};
-  return attend::TensorView(static_cast<const void*>(c.data), dtype(c.dtype, who), shape, strides);
+  return attend::TensorView(static_cast<const void*>(c.data), dtype(raw(c.dtype), who), shape, strides);
 }
 attend::TensorView mutable_view(const attend_tensor* t, const char* who, const char* what) {
   const attend_tensor& c = need(t, who, what);
   const attend::TensorView::Dims shape{c.shape[0], c.shape[1], c.shape[2], c.shape[3]};
   const attend::TensorView::Dims strides{c.strides[0], c.strides[1], c.strides[2], c.strides[3]};
-  return attend::TensorView(c.data, dtype(c.dtype, who), shape, strides);
+  return attend::TensorView(c.data, dtype(raw(c.dtype), who), shape, strides);
 }
 
 attend::SdpaOptions sdpa_options(const attend_sdpa_options* o, const char* who) {
@@ -148,7 +159,7 @@ attend::SdpaOptions sdpa_options(const attend_sdpa_options* o, const char* who) 
   if (!o) return s;
   s.scale = o->scale;
   s.causal = o->causal != 0;
-  switch (o->causal_alignment) {
+  switch (raw(o->causal_alignment)) {
     case ATTEND_CAUSAL_BOTTOM_RIGHT: s.causal_alignment = attend::CausalAlignment::bottom_right; break;
     case ATTEND_CAUSAL_TOP_LEFT: s.causal_alignment = attend::CausalAlignment::top_left; break;
     default: invalid(who, "causal_alignment is not an attend_causal_alignment");
@@ -160,8 +171,8 @@ attend::SdpaOptions sdpa_options(const attend_sdpa_options* o, const char* who) 
   s.kv_lens = span_of(o->kv_lens, o->kv_lens_count, who, "kv_lens");
   if (o->bias.data) s.bias = view(&o->bias, who, "bias");
   s.num_threads = o->num_threads;
-  s.isa = isa(o->isa, who);
-  s.fpmath = fpmath(o->fpmath, who);
+  s.isa = isa(raw(o->isa), who);
+  s.fpmath = fpmath(raw(o->fpmath), who);
   s.context = o->context ? &o->context->ctx : nullptr;
   return s;
 }
@@ -187,8 +198,8 @@ attend::MhaOptions layer_options(const attend_layer_options* o, const char* who)
   m.lengths = span_of(o->lengths, o->lengths_count, who, "lengths");
   if (o->has_first_position) m.first_position = o->first_position;
   m.num_threads = o->num_threads;
-  m.isa = isa(o->isa, who);
-  m.fpmath = fpmath(o->fpmath, who);
+  m.isa = isa(raw(o->isa), who);
+  m.fpmath = fpmath(raw(o->fpmath), who);
   m.context = o->context ? &o->context->ctx : nullptr;
   return m;
 }
@@ -225,12 +236,12 @@ attend_status attend_active_isa(attend_isa* out) {
   return guarded([&] { out_param(out, "attend_active_isa") = c_isa(attend::active_isa()); });
 }
 attend_status attend_isa_name(attend_isa i, const char** name) {
-  return guarded([&] { out_param(name, "attend_isa_name") = attend::isa_name(isa(i, "attend_isa_name")); });
+  return guarded([&] { out_param(name, "attend_isa_name") = attend::isa_name(isa(raw(i), "attend_isa_name")); });
 }
 attend_status attend_isa_supported(attend_isa i, int* supported) {
   return guarded([&] {
     const char* who = "attend_isa_supported";
-    const attend::Isa want = isa(i, who);
+    const attend::Isa want = isa(raw(i), who);
     int& out = out_param(supported, who);
     out = want == attend::Isa::automatic;
     for (attend::Isa s : attend::supported_isas())
@@ -302,7 +313,7 @@ attend_status attend_kv_cache_create(const attend_kv_cache_config* config, atten
     attend_kv_cache*& o = out_param(out, who);
     const attend_kv_cache_config& c = need(config, who, "config");
     o = new attend_kv_cache(
-        attend::KVCacheConfig{c.kv_heads, c.head_dim, c.slots, c.capacity, dtype(c.dtype, who), c.value_dim});
+        attend::KVCacheConfig{c.kv_heads, c.head_dim, c.slots, c.capacity, dtype(raw(c.dtype), who), c.value_dim});
   });
 }
 attend_status attend_kv_cache_destroy(attend_kv_cache* cache) {
@@ -359,8 +370,9 @@ attend_status attend_paged_kv_cache_create(const attend_paged_kv_cache_config* c
     const char* who = "attend_paged_kv_cache_create";
     attend_paged_kv_cache*& o = out_param(out, who);
     const attend_paged_kv_cache_config& c = need(config, who, "config");
-    o = new attend_paged_kv_cache(attend::PagedKVCacheConfig{
-        c.kv_heads, c.head_dim, c.num_blocks, c.block_tokens ? c.block_tokens : 32, dtype(c.dtype, who), c.value_dim});
+    o = new attend_paged_kv_cache(attend::PagedKVCacheConfig{c.kv_heads, c.head_dim, c.num_blocks,
+                                                             c.block_tokens ? c.block_tokens : 32,
+                                                             dtype(raw(c.dtype), who), c.value_dim});
   });
 }
 attend_status attend_paged_kv_cache_destroy(attend_paged_kv_cache* cache) {
@@ -478,14 +490,14 @@ attend_status attend_layer_create(const attend_layer_config* config, const atten
     m.causal = c.causal != 0;
     m.rope = c.rope != 0;
     if (c.rope_theta != 0.0) m.rope_theta = c.rope_theta;
-    m.weight_dtype = dtype(c.weight_dtype, who);
+    m.weight_dtype = dtype(raw(c.weight_dtype), who);
     m.cross_attention = c.cross_attention != 0;
     m.window = c.window;
     m.softcap = c.softcap;
     const std::span<const float> slopes = span_of(c.alibi_slopes, c.alibi_slopes_count, who, "alibi_slopes");
     m.alibi_slopes.assign(slopes.begin(), slopes.end());
     attend::MhaWeights mw;
-    switch (w.layout) {
+    switch (raw(w.layout)) {
       case ATTEND_WEIGHTS_OUT_IN: mw.layout = attend::WeightLayout::out_in; break;
       case ATTEND_WEIGHTS_IN_OUT: mw.layout = attend::WeightLayout::in_out; break;
       default: invalid(who, "layout is not an attend_weight_layout");
@@ -541,7 +553,8 @@ attend_status attend_layer_forward(const attend_layer* layer, const void* x, att
   return guarded([&] {
     const char* who = "attend_layer_forward";
     need(layer, who, "layer")
-        .layer.forward(x, dtype(x_dtype, who), y, dtype(y_dtype, who), batch, tokens, layer_options(options, who));
+        .layer.forward(x, dtype(raw(x_dtype), who), y, dtype(raw(y_dtype), who), batch, tokens,
+                       layer_options(options, who));
   });
 }
 attend_status attend_layer_forward_cached(const attend_layer* layer, const void* x, attend_dtype x_dtype, void* y,
@@ -550,7 +563,7 @@ attend_status attend_layer_forward_cached(const attend_layer* layer, const void*
   return guarded([&] {
     const char* who = "attend_layer_forward_cached";
     need(layer, who, "layer")
-        .layer.forward_cached(x, dtype(x_dtype, who), y, dtype(y_dtype, who), batch, tokens,
+        .layer.forward_cached(x, dtype(raw(x_dtype), who), y, dtype(raw(y_dtype), who), batch, tokens,
                               need(cache, who, "cache").cache, span_of(seqs, n_seqs, who, "seqs"),
                               layer_options(options, who));
   });
@@ -562,8 +575,8 @@ attend_status attend_layer_forward_paged(const attend_layer* layer, const void* 
     const char* who = "attend_layer_forward_paged";
     const std::vector<attend::SequenceChunk> c = chunks_of(chunks, n_chunks, who);
     need(layer, who, "layer")
-        .layer.forward_paged(x, dtype(x_dtype, who), y, dtype(y_dtype, who), c, need(cache, who, "cache").cache,
-                             layer_options(options, who));
+        .layer.forward_paged(x, dtype(raw(x_dtype), who), y, dtype(raw(y_dtype), who), c,
+                             need(cache, who, "cache").cache, layer_options(options, who));
   });
 }
 attend_status attend_layer_set_memory(const attend_layer* layer, const float* memory, int64_t batch, int64_t tokens,

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 #include "reference/reference_attention.hpp"
@@ -50,11 +51,13 @@ attend_tensor tensor(float* data, int64_t b, int64_t h, int64_t n, int64_t d) {
   return attend_tensor_dense(data, ATTEND_F32, b, h, n, d);
 }
 
-// A dtype or isa value: mostly valid, sometimes out of range.
+// Stores an enum field as a C caller may: mostly a valid value, sometimes an int outside the enum
+// (written as bytes: a C++ load of an out-of-range enum would itself be undefined).
 template <class E>
-E some_enum(Input& in, int valid) {
+void set_enum(E& field, Input& in, int valid) {
   const int64_t x = in.range(0, valid + 1);
-  return static_cast<E>(x == valid + 1 ? 77 : x);
+  const std::underlying_type_t<E> v = static_cast<std::underlying_type_t<E>>(x == valid + 1 ? 77 : x);
+  std::memcpy(&field, &v, sizeof v);
 }
 
 void fuzz_sdpa(Input& in, std::mt19937& rng) {
@@ -68,13 +71,13 @@ void fuzz_sdpa(Input& in, std::mt19937& rng) {
   attend_tensor tq = tensor(q.data(), B, Hq, Nq, D), tk = tensor(k.data(), B, Hkv, Nk, D),
                 tv = tensor(v.data(), B, Hkv, Nk, D), to = tensor(o.data(), B, Hq, Nq, D);
   const uint8_t twist = in.byte() % 8;
-  if (twist == 1) tq.dtype = some_enum<attend_dtype>(in, 3);
+  if (twist == 1) set_enum(tq.dtype, in, 3);
   if (twist == 2) tk.strides[3] = in.range(0, 3);
   if (twist == 3) to.data = q.data();  // aliases q
   if (twist == 4) tv.shape[2] += 1;    // reads past v: must be rejected by shape checks
   attend_sdpa_options opt{};
   opt.causal = in.flag();
-  opt.causal_alignment = some_enum<attend_causal_alignment>(in, 1);
+  set_enum(opt.causal_alignment, in, 1);
   opt.window = in.range(-1, 6);
   opt.softcap = in.range(0, 3) == 0 ? 3.0f : 0.0f;
   std::vector<float> sinks, slopes;
@@ -96,8 +99,8 @@ void fuzz_sdpa(Input& in, std::mt19937& rng) {
     opt.kv_lens_count = lens.size();
   }
   opt.num_threads = static_cast<int>(in.range(-1, 2));
-  opt.isa = some_enum<attend_isa>(in, 4);
-  opt.fpmath = some_enum<attend_fpmath>(in, 1);
+  set_enum(opt.isa, in, 4);
+  set_enum(opt.fpmath, in, 1);
   const std::vector<float> before = o;
   const attend_status s =
       attend_sdpa(in.range(0, 15) == 0 ? nullptr : &tq, &tk, &tv, &to, in.range(0, 15) == 0 ? nullptr : &opt);
@@ -127,7 +130,8 @@ void fuzz_sdpa(Input& in, std::mt19937& rng) {
 
 void fuzz_caches(Input& in, std::mt19937& rng) {
   const int64_t Hkv = in.range(1, 2), D = in.range(1, 16);
-  attend_paged_kv_cache_config pc{Hkv, D, in.range(0, 6), 16 * in.range(0, 2), some_enum<attend_dtype>(in, 3), 0};
+  attend_paged_kv_cache_config pc{Hkv, D, in.range(0, 6), 16 * in.range(0, 2), ATTEND_F32, 0};
+  set_enum(pc.dtype, in, 3);
   attend_paged_kv_cache* pool = nullptr;
   attend_status s = attend_paged_kv_cache_create(in.range(0, 15) == 0 ? nullptr : &pc, &pool);
   check_status(s);
@@ -135,7 +139,8 @@ void fuzz_caches(Input& in, std::mt19937& rng) {
     if (pool) fail();
     return;
   }
-  attend_kv_cache_config kc{Hkv, D, in.range(0, 2), in.range(0, 40), some_enum<attend_dtype>(in, 3), 0};
+  attend_kv_cache_config kc{Hkv, D, in.range(0, 2), in.range(0, 40), ATTEND_F32, 0};
+  set_enum(kc.dtype, in, 3);
   attend_kv_cache* slots = nullptr;
   check_status(attend_kv_cache_create(&kc, &slots));
   std::vector<int64_t> seqs;
@@ -205,7 +210,7 @@ void fuzz_layer(Input& in, std::mt19937& rng) {
   cfg.rope = in.flag();
   cfg.causal = in.flag();
   cfg.window = in.range(-1, 4);
-  cfg.weight_dtype = some_enum<attend_dtype>(in, 3);
+  set_enum(cfg.weight_dtype, in, 3);
   // Weights sized for the configuration the layer will resolve (when it is valid).
   const int64_t hd = cfg.head_dim ? cfg.head_dim : (cfg.n_heads ? cfg.d_model / cfg.n_heads : 0);
   const int64_t kvh = cfg.n_kv_heads ? cfg.n_kv_heads : cfg.n_heads;
@@ -235,7 +240,9 @@ void fuzz_layer(Input& in, std::mt19937& rng) {
   attend_layer_options lo{};
   lo.causal = static_cast<int>(in.range(-2, 2));
   const std::vector<float> before = y;
-  s = attend_layer_forward(layer, x.data(), some_enum<attend_dtype>(in, 1), y.data(), ATTEND_F32, 1, T, &lo);
+  // (By-value enum arguments stay valid here: the C++ caller would load an invalid one itself.)
+  const attend_dtype xd = in.flag() ? ATTEND_BF16 : ATTEND_F32;
+  s = attend_layer_forward(layer, x.data(), xd, y.data(), ATTEND_F32, 1, T, &lo);
   check_status(s);
   if (s != ATTEND_OK && std::memcmp(before.data(), y.data(), y.size() * sizeof(float)) != 0) fail();
   attend_paged_kv_cache_config pc{kvh, hd, 4, 16, ATTEND_F32, 0};

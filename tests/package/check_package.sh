@@ -11,7 +11,8 @@
 #  6. a shared build: versioned sonames, only the public API (and attend::detail, the interface
 #     between attend's own two libraries) exported, and the example runs against it;
 #  7. attend_core alone (ATTEND_LAYER=OFF: no oneDNN at all) builds, installs and serves sdpa;
-#  8. the C API (attend/attend.h) from a C11 program built with gcc and the installed attend.pc.
+#  8. the C API (attend/attend.h) from a C11 program built with gcc and the installed attend.pc;
+#  9. the Python module installed where /usr/bin/python3 finds it under the prefix.
 # usage: check_package.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src="$(cd "$1" && pwd)"
@@ -39,6 +40,25 @@ OMP_NUM_THREADS=2 "$work/c_api_test"
 echo '#include <attend/attend.h>' > "$work/one_header.c"
 gcc -std=c11 -Wall -Wextra -Werror -pedantic -fsyntax-only -I"$work/prefix/include" "$work/one_header.c"
 g++ -std=c++20 -Wall -Wextra -Werror -fsyntax-only -x c++ -I"$work/prefix/include" "$work/one_header.c"
+
+echo "== the Python module, installed where /usr/bin/python3 looks under the prefix"
+if [[ -e "$build/python" ]] && ls "$build/python"/attend*.so >/dev/null 2>&1; then
+  pydir="$(/usr/bin/python3 -c 'import sys; print(f"lib/python3.{sys.version_info.minor}/dist-packages")')"
+  [[ -e "$work/prefix/$pydir/$(basename "$build/python"/attend*.so)" ]] || {
+    echo "error: the module is not installed in $work/prefix/$pydir" >&2
+    exit 1
+  }
+  # With the default prefix (/usr/local) that directory is on Debian python3's sys.path.
+  /usr/bin/python3 -c 'import sys; assert "/usr/local/'"$pydir"'" in sys.path, sys.path'
+  (cd "$work" && PYTHONPATH="$work/prefix/$pydir" OMP_NUM_THREADS=2 /usr/bin/python3 -c '
+import attend, numpy as np
+q = np.random.rand(1, 2, 5, 8).astype(np.float32)
+o = attend.scaled_dot_product_attention(q, q, q, is_causal=True)
+assert o.shape == (1, 2, 5, 8) and attend.__file__.startswith("'"$work/prefix"'"), attend.__file__
+print("installed module:", attend.__file__.replace("'"$work"'/", ""), attend.__version__, attend.active_isa())')
+else
+  echo "(the build has no Python module: pybind11 or python3-dev missing)"
+fi
 
 echo "== public headers"
 for h in "$work/prefix/include/attend/"*.hpp; do
