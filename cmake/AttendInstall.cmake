@@ -32,7 +32,7 @@ if(TARGET attend_layer)
   install(FILES ${PROJECT_BINARY_DIR}/attend.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 endif()
 
-foreach(tool attend-bench attend-run attend-info)
+foreach(tool attend-bench attend-run attend-info attend-report)
   if(TARGET ${tool})
     install(TARGETS ${tool} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   endif()
