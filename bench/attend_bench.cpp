@@ -423,9 +423,7 @@ void print_terms_summary(const SummaryReporter& rep, FILE* out) {
 void register_sdpa_benchmarks() {
   for (const NamedShape& ns : shapes()) {
     auto reg = [&](const char* group, void (*fn)(benchmark::State&, const NamedShape*)) {
-      benchmark::RegisterBenchmark((std::string(group) + ns.name).c_str(), fn, &ns)
-          ->UseManualTime()
-          ->Unit(benchmark::kMillisecond);
+      register_entry(std::string(group) + ns.name, [fn, &ns](benchmark::State& s) { fn(s, &ns); });
     };
     reg("sdpa/attend/", bm_attend);
     reg("sdpa/onednn/", bm_onednn);
@@ -448,7 +446,16 @@ void register_sdpa_benchmarks() {
 int main(int argc, char** argv) {
   using namespace attend::bench;
   // Defaults a quick suite wants, each overridable on the command line.
-  std::vector<char*> args(argv, argv + argc);
+  // --quiet: no progress line (it is shown only on a terminal anyway).
+  bool quiet = false;
+  std::vector<char*> args;
+  for (int i = 0; i < argc; ++i) {
+    if (i > 0 && std::strcmp(argv[i], "--quiet") == 0) {
+      quiet = true;
+      continue;
+    }
+    args.push_back(argv[i]);
+  }
   // Random interleaving spreads every entry's repetitions over the whole run, so an entry and the
   // ones it is compared with (onednn, stream/read) see the same mix of machine states on a shared,
   // noisy machine instead of one stretch each.
@@ -462,6 +469,13 @@ int main(int argc, char** argv) {
     bool given = false;
     for (int i = 1; i < argc; ++i) given |= std::strncmp(argv[i], key.c_str(), key.size()) == 0;
     if (!given) args.push_back(d.data());
+  }
+  // The repetitions and minimum time the run will use (the last value given wins, as for the library).
+  int repetitions = 1;
+  double min_time = 0.5;
+  for (char* a : args) {
+    if (std::strncmp(a, "--benchmark_repetitions=", 24) == 0) repetitions = std::atoi(a + 24);
+    if (std::strncmp(a, "--benchmark_min_time=", 21) == 0) min_time = std::atof(a + 21);
   }
   int n = static_cast<int>(args.size());
   benchmark::Initialize(&n, args.data());
@@ -500,7 +514,9 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<benchmark::BenchmarkReporter> inner(benchmark::CreateDefaultDisplayReporter());
   SummaryReporter reporter(inner.get());
+  start_progress(!quiet, repetitions, min_time);
   benchmark::RunSpecifiedBenchmarks(&reporter);
+  finish_progress();
   FILE* out = json ? stderr : stdout;
   print_sdpa_summary(reporter, peak, out);
   print_bf16math_summary(reporter, bf16_peak, out);

@@ -16,6 +16,7 @@
 
 #include "../runtime/numeric/convert.hpp"
 #include "machine.hpp"
+#include "progress.hpp"
 
 namespace attend::bench {
 
@@ -103,7 +104,7 @@ void timed_loop(benchmark::State& state, bool flush, Prepare&& prepare, F&& body
     if (flush) flush_last_level_cache();
     const auto t0 = std::chrono::steady_clock::now();
     body();
-    state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    set_iteration_time(state, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
 }
 template <class F>
@@ -131,7 +132,7 @@ void timed_loop_paired(benchmark::State& state, bool flush, Prepare&& prepare, F
     const auto t0 = clock::now();
     body();
     const double t = std::chrono::duration<double>(clock::now() - t0).count();
-    state.SetIterationTime(t);
+    set_iteration_time(state, t);
     ratios.push_back(ideal_seconds() / t);
   }
   if (ratios.empty()) return;
@@ -208,8 +209,15 @@ void timed_decode_steps(benchmark::State& state, Cache& cache, int64_t batch, in
 class SummaryReporter : public benchmark::BenchmarkReporter {
  public:
   explicit SummaryReporter(benchmark::BenchmarkReporter* inner) : inner_(inner) {}
-  bool ReportContext(const Context& c) override { return inner_->ReportContext(c); }
+  bool ReportContext(const Context& c) override {
+    hide_progress();
+    const bool ok = inner_->ReportContext(c);
+    std::fflush(stdout);
+    show_progress();
+    return ok;
+  }
   void ReportRuns(const std::vector<Run>& runs) override {
+    hide_progress();
     for (const Run& r : runs) {
       const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
       const bool single = r.run_type == Run::RT_Iteration && r.repetitions <= 1;
@@ -228,6 +236,8 @@ class SummaryReporter : public benchmark::BenchmarkReporter {
       }
     }
     inner_->ReportRuns(runs);
+    std::fflush(stdout);
+    show_progress();
   }
   void Finalize() override { inner_->Finalize(); }
 

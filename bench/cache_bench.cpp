@@ -147,11 +147,7 @@ void bm_onednn_cache(benchmark::State& state, const CacheShape* s) {
 
 void register_cache_benchmarks() {
   for (const CacheShape& s : cache_shapes()) {
-    auto reg = [&](const std::string& impl, auto fn) {
-      benchmark::RegisterBenchmark(("cache/" + impl + "/" + s.name).c_str(), fn)
-          ->UseManualTime()
-          ->Unit(benchmark::kMillisecond);
-    };
+    auto reg = [&](const std::string& impl, auto fn) { register_entry("cache/" + impl + "/" + s.name, fn); };
     reg("attend-f32", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::f32); });
     reg("attend-bf16", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::bf16); });
     reg("attend-f16", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::f16); });

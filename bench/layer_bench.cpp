@@ -237,11 +237,7 @@ void bm_attend_attn(benchmark::State& state, const NamedLayer* nl) {
 
 void register_layer_benchmarks() {
   for (const NamedLayer& nl : layer_shapes()) {
-    auto reg = [&](const std::string& impl, auto fn) {
-      benchmark::RegisterBenchmark(("layer/" + impl + "/" + nl.name).c_str(), fn)
-          ->UseManualTime()
-          ->Unit(benchmark::kMillisecond);
-    };
+    auto reg = [&](const std::string& impl, auto fn) { register_entry("layer/" + impl + "/" + nl.name, fn); };
     reg("attend", [&nl](benchmark::State& st) { bm_attend_layer(st, &nl, DType::f32, DType::f32); });
     reg("attend-bf16w", [&nl](benchmark::State& st) { bm_attend_layer(st, &nl, DType::bf16, DType::f32); });
     // bf16 activations, weights and KV cache, fpmath = bf16: every large byte stream halved, every

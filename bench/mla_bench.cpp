@@ -99,7 +99,7 @@ void register_mla_benchmarks() {
   for (auto [name, fn] :
        {std::pair{"sdpa/attend-mla/D6", &bm_mla<true>}, std::pair{"sdpa/attend-mla-copy/D6", &bm_mla<false>},
         std::pair{"stream/read/D6", &bm_mla_stream}})
-    benchmark::RegisterBenchmark(name, fn)->UseManualTime()->Unit(benchmark::kMillisecond);
+    register_entry(name, fn);
 }
 
 void print_mla_summary(const SummaryReporter& rep, double peak, FILE* out) {

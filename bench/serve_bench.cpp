@@ -222,7 +222,7 @@ void bm_paged(benchmark::State& state, DType dtype) {
   std::vector<double> ratios, pres, decs;
   for (auto _ : state) {
     const double mixed = paged_pass(w, Part::mixed, &used);
-    state.SetIterationTime(mixed);
+    set_iteration_time(state, mixed);
     if (split) {
       const double pre = paged_pass(w, Part::prefill, nullptr), dec = paged_pass(w, Part::decode, nullptr);
       ratios.push_back(mixed / (pre + dec));
@@ -307,7 +307,7 @@ void bm_slots(benchmark::State& state) {
   std::vector<double> pres, decs;
   for (auto _ : state) {
     double parts[2] = {0.0, 0.0};
-    state.SetIterationTime(slots_pass(w, parts));
+    set_iteration_time(state, slots_pass(w, parts));
     pres.push_back(parts[0]);
     decs.push_back(parts[1]);
   }
@@ -392,7 +392,7 @@ double onednn_pass(OnednnWorld& w) {
 void bm_onednn(benchmark::State& state) {
   OnednnWorld& w = OnednnWorld::get();
   onednn_pass(w);
-  for (auto _ : state) state.SetIterationTime(onednn_pass(w));
+  for (auto _ : state) set_iteration_time(state, onednn_pass(w));
   state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(kSteps * (kDecoders + kChunk)),
                                                       benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -475,16 +475,12 @@ void bm_slots_decode(benchmark::State& state) {
 }  // namespace
 
 void register_serve_benchmarks() {
-  auto reg = [](const char* name, auto fn) {
-    benchmark::RegisterBenchmark(name, fn)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
-  };
+  auto reg = [](const char* name, auto fn) { register_entry(name, fn, 3); };
   reg("serve/paged-f32", [](benchmark::State& s) { bm_paged(s, DType::f32); });
   reg("serve/paged-bf16", [](benchmark::State& s) { bm_paged(s, DType::bf16); });
   reg("serve/slots-f32", [](benchmark::State& s) { bm_slots(s); });
   reg("serve/onednn", [](benchmark::State& s) { bm_onednn(s); });
-  auto reg_decode = [](const char* name, auto fn) {
-    benchmark::RegisterBenchmark(name, fn)->UseManualTime()->Unit(benchmark::kMillisecond);
-  };
+  auto reg_decode = [](const char* name, auto fn) { register_entry(name, fn); };
   reg_decode("serve/paged-f32-decode", [](benchmark::State& s) { bm_paged_decode(s, kBlockTokens); });
   reg_decode("serve/slots-f32-decode", [](benchmark::State& s) { bm_slots_decode(s); });
   // The same decode step over pools of larger blocks: what the block size costs in bandwidth.

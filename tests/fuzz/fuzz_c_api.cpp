@@ -10,6 +10,7 @@
 #include <attend/attend.hpp>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <type_traits>
@@ -31,7 +32,12 @@ struct Input {
   bool flag() { return byte() & 1; }
 };
 
-[[noreturn]] void fail() { __builtin_trap(); }
+// A failed promise: says which (the traps of an optimised build share one address) and crashes.
+#define fail() fail_at(__LINE__)
+[[noreturn]] void fail_at(int line) {
+  std::fprintf(stderr, "fuzz_c_api: check at line %d failed (last error: %s)\n", line, attend_last_error());
+  __builtin_trap();
+}
 
 void check_status(attend_status s) {
   if (s < ATTEND_OK || s > ATTEND_ERROR_INTERNAL) fail();
@@ -102,18 +108,27 @@ void fuzz_sdpa(Input& in, std::mt19937& rng) {
   set_enum(opt.isa, in, 4);
   set_enum(opt.fpmath, in, 1);
   const std::vector<float> before = o;
-  const attend_status s =
-      attend_sdpa(in.range(0, 15) == 0 ? nullptr : &tq, &tk, &tv, &to, in.range(0, 15) == 0 ? nullptr : &opt);
+  const bool null_q = in.range(0, 15) == 0, null_opt = in.range(0, 15) == 0;  // (sequenced: one meaning per input)
+  const attend_status s = attend_sdpa(null_q ? nullptr : &tq, &tk, &tv, &to, null_opt ? nullptr : &opt);
   check_status(s);
   if (s != ATTEND_OK) {
     if (std::memcmp(before.data(), o.data(), o.size() * sizeof(float)) != 0) fail();
     return;
   }
-  if (twist != 0 || opt.fpmath != ATTEND_FPMATH_STRICT) return;  // checked against the reference: plain calls
+  if (null_opt) {  // the call ran with the defaults
+    opt = attend_sdpa_options{};
+    sinks.clear();
+    slopes.clear();
+    lens.clear();
+  }
+  int fpmath = 0, align = 0;  // (the enum fields' bytes: they may hold any int)
+  std::memcpy(&fpmath, &opt.fpmath, sizeof fpmath);
+  std::memcpy(&align, &opt.causal_alignment, sizeof align);
+  if (twist != 0 || fpmath != ATTEND_FPMATH_STRICT) return;  // checked against the reference: plain calls
   attend::SdpaOptions ref;
   ref.causal = opt.causal != 0;
-  ref.causal_alignment = opt.causal_alignment == ATTEND_CAUSAL_TOP_LEFT ? attend::CausalAlignment::top_left
-                                                                        : attend::CausalAlignment::bottom_right;
+  ref.causal_alignment =
+      align == ATTEND_CAUSAL_TOP_LEFT ? attend::CausalAlignment::top_left : attend::CausalAlignment::bottom_right;
   ref.window = opt.window;
   ref.softcap = opt.softcap;
   ref.sinks = sinks;
@@ -178,8 +193,10 @@ void fuzz_caches(Input& in, std::mt19937& rng) {
       case 4: {
         std::vector<int64_t> pos;
         for (int64_t i = in.range(0, 3); i > 0; --i) pos.push_back(in.range(-1, 30));
-        check_status(attend_paged_kv_cache_keep(pool, pick, in.range(-1, 10), pos.empty() ? nullptr : pos.data(),
-                                                pos.size() + (in.range(0, 7) == 0 ? 1 : 0)));
+        // Counts match the buffers (C cannot check a longer one), except NULL with a count.
+        const int64_t first = in.range(-1, 10);
+        const size_t n = pos.empty() ? static_cast<size_t>(in.range(0, 1)) : pos.size();
+        check_status(attend_paged_kv_cache_keep(pool, pick, first, pos.empty() ? nullptr : pos.data(), n));
         break;
       }
       case 5: check_status(attend_paged_kv_cache_release(pool, pick)); break;
@@ -190,7 +207,11 @@ void fuzz_caches(Input& in, std::mt19937& rng) {
         if (s != ATTEND_OK && std::memcmp(before.data(), o.data(), o.size() * sizeof(float)) != 0) fail();
         break;
       }
-      case 7: check_status(attend_kv_cache_truncate(slots, in.range(-1, 2), in.range(-1, 30))); break;
+      case 7: {
+        const int64_t slot = in.range(-1, 2), tokens = in.range(-1, 30);
+        check_status(attend_kv_cache_truncate(slots, slot, tokens));
+        break;
+      }
     }
     int64_t blocks = 0;
     check_status(attend_paged_kv_cache_free_blocks(pool, &blocks));
