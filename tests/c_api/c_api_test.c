@@ -210,6 +210,18 @@ static void test_sdpa(void) {
   }
 }
 
+/* Max error over rows [start, start + n) of every head of dense [H, N, D] arrays. */
+static double rows_error(const float* got, const double* want, int H, int N, int D, int start, int n) {
+  double err = 0;
+  for (int h = 0; h < H; ++h)
+    for (int i = start; i < start + n; ++i)
+      for (int d = 0; d < D; ++d) {
+        const double e = fabs(got[((size_t)h * N + i) * D + d] - want[((size_t)h * N + i) * D + d]);
+        if (!(e <= err)) err = e; /* NaN propagates */
+      }
+  return err;
+}
+
 /* The slot cache and the paged cache: a prompt, then decode steps, against sdpa over the whole
  * sequence (its last rows). */
 static void test_caches(void) {
@@ -242,27 +254,13 @@ static void test_caches(void) {
     tv.strides[1] = tv.strides[0] = (int64_t)N * D;
     to.strides[1] = to.strides[0] = (int64_t)N * D;
     OK(attend_cached_attention(&tq, &tk, &tv, cache, slot, 1, &to, NULL));
-    double err = 0;
-    for (int h = 0; h < Hq; ++h)
-      for (int i = start; i < start + n; ++i)
-        for (int d = 0; d < D; ++d) {
-          const double e = fabs(o[((size_t)h * N + i) * D + d] - want[((size_t)h * N + i) * D + d]);
-          if (!(e <= err)) err = e;
-        }
-    CHECK(err < 1e-5);
+    CHECK(rows_error(o, want, Hq, N, D, start, n) < 1e-5);
     const attend_sequence_chunk chunk = {seq, n, NULL};
     int64_t needed = -1;
     OK(attend_paged_kv_cache_blocks_needed(pool, &chunk, 1, &needed));
     CHECK(needed >= 0);
     OK(attend_paged_attention(&tq, &tk, &tv, pool, &chunk, 1, &to, NULL));
-    err = 0;
-    for (int h = 0; h < Hq; ++h)
-      for (int i = start; i < start + n; ++i)
-        for (int d = 0; d < D; ++d) {
-          const double e = fabs(o[((size_t)h * N + i) * D + d] - want[((size_t)h * N + i) * D + d]);
-          if (!(e <= err)) err = e;
-        }
-    CHECK(err < 1e-5);
+    CHECK(rows_error(o, want, Hq, N, D, start, n) < 1e-5);
     start += n;
   }
   int64_t len = 0;

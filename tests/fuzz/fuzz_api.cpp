@@ -13,24 +13,14 @@
 #include <random>
 #include <vector>
 
+#include "fuzz/fuzz_input.hpp"
 #include "reference/reference_attention.hpp"
 #include "reference/reference_layer.hpp"
 #include "reference/stored_values.hpp"
 
 namespace {
 
-// Reads bounded values from the fuzzer's bytes (zeros once they run out).
-struct Input {
-  const uint8_t* p;
-  size_t n;
-  uint8_t byte() {
-    if (!n) return 0;
-    --n;
-    return *p++;
-  }
-  int64_t range(int64_t lo, int64_t hi) { return lo + byte() % (hi - lo + 1); }
-  bool flag() { return byte() & 1; }
-};
+using attend::fuzz::Input;
 
 [[noreturn]] void fail() { __builtin_trap(); }
 

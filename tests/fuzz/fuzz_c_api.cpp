@@ -16,21 +16,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "fuzz/fuzz_input.hpp"
 #include "reference/reference_attention.hpp"
 
 namespace {
 
-struct Input {
-  const uint8_t* p;
-  size_t n;
-  uint8_t byte() {
-    if (!n) return 0;
-    --n;
-    return *p++;
-  }
-  int64_t range(int64_t lo, int64_t hi) { return lo + byte() % (hi - lo + 1); }
-  bool flag() { return byte() & 1; }
-};
+using attend::fuzz::Input;
 
 // A failed promise: says which (the traps of an optimised build share one address) and crashes.
 #define fail() fail_at(__LINE__)
