@@ -414,35 +414,47 @@ py::object attention_output(const Array& q, int64_t value_dim) {
   return empty_like(q, shape, q.elem).obj;
 }
 
+// The views of a cache call: q, k_new, v_new read in place, o a new array of q's type with the
+// cache's value width.
+struct CacheCall {
+  Array q, k, v, o;
+  TensorView tq, tk, tv, to;
+  attend::SdpaOptions opt;
+};
+CacheCall cache_call(const py::object& query, const py::object& k_new, const py::object& v_new, int64_t head_dim,
+                     int64_t value_dim, const CommonOptions& co) {
+  CacheCall c;
+  c.q = as_array(query, "query");
+  c.k = as_array(k_new, "k_new");
+  c.v = as_array(v_new, "v_new");
+  c.o = as_array(attention_output(c.q, value_dim ? value_dim : head_dim), "output");
+  c.tq = cache_view(c.q, "query", false);
+  c.tk = cache_view(c.k, "k_new", false);
+  c.tv = cache_view(c.v, "v_new", false);
+  c.to = cache_view(c.o, "output", true);
+  co.apply(c.opt);
+  return c;
+}
+
 py::object cached_attention(const py::object& query, const py::object& k_new, const py::object& v_new,
                             attend::KVCache& cache, const std::vector<int64_t>& seqs, const CommonOptions& co) {
-  const Array q = as_array(query, "query"), k = as_array(k_new, "k_new"), v = as_array(v_new, "v_new");
-  const py::object out =
-      attention_output(q, cache.config().value_dim ? cache.config().value_dim : cache.config().head_dim);
-  const Array o = as_array(out, "output");
-  attend::SdpaOptions opt;
-  co.apply(opt);
-  const TensorView tq = cache_view(q, "query", false), tk = cache_view(k, "k_new", false),
-                   tv = cache_view(v, "v_new", false), to = cache_view(o, "output", true);
-  py::gil_scoped_release unlocked;
-  attend::cached_attention(tq, tk, tv, cache, seqs, to, opt);
-  return out;
+  const CacheCall c = cache_call(query, k_new, v_new, cache.config().head_dim, cache.config().value_dim, co);
+  {
+    py::gil_scoped_release unlocked;
+    attend::cached_attention(c.tq, c.tk, c.tv, cache, seqs, c.to, c.opt);
+  }
+  return c.o.obj;
 }
 
 py::object paged_attention(const py::object& query, const py::object& k_new, const py::object& v_new,
                            attend::PagedKVCache& cache, const py::sequence& chunk_list, const CommonOptions& co) {
-  const Array q = as_array(query, "query"), k = as_array(k_new, "k_new"), v = as_array(v_new, "v_new");
-  const py::object out =
-      attention_output(q, cache.config().value_dim ? cache.config().value_dim : cache.config().head_dim);
-  const Array o = as_array(out, "output");
-  const Chunks c = chunks_of(chunk_list);
-  attend::SdpaOptions opt;
-  co.apply(opt);
-  const TensorView tq = cache_view(q, "query", false), tk = cache_view(k, "k_new", false),
-                   tv = cache_view(v, "v_new", false), to = cache_view(o, "output", true);
-  py::gil_scoped_release unlocked;
-  attend::paged_attention(tq, tk, tv, cache, c.chunks, to, opt);
-  return out;
+  const CacheCall c = cache_call(query, k_new, v_new, cache.config().head_dim, cache.config().value_dim, co);
+  const Chunks chunks = chunks_of(chunk_list);
+  {
+    py::gil_scoped_release unlocked;
+    attend::paged_attention(c.tq, c.tk, c.tv, cache, chunks.chunks, c.to, c.opt);
+  }
+  return c.o.obj;
 }
 
 // ---- the layer -----------------------------------------------------------------------------------
