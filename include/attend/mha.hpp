@@ -57,6 +57,25 @@ struct MhaConfig {
   /// attend::alibi_slopes() for BLOOM's), or empty. ALiBi replaces RoPE in those models; both may
   /// be set. Positions are the cache positions, as for the causal mask.
   std::vector<float> alibi_slopes{};
+  /// Tensor parallelism by heads (one layer split over `shard_count` ranks, e.g. MPI processes):
+  /// this layer is shard `shard_rank` of `shard_count`. It holds and computes only query heads
+  /// [rank·H/N, (rank+1)·H/N) (H = n_heads, N = shard_count, which must divide H) and the kv heads
+  /// they read — n_kv_heads/N of them when N divides n_kv_heads (split), else the one kv head its
+  /// query heads share (replicated, which needs N to be a multiple of n_kv_heads); its slices of
+  /// W_Q, W_K, W_V (and their biases, sinks and ALiBi slopes) and the matching input columns of
+  /// W_O. Weights are given whole (MhaWeights of the full layer; each rank takes its slice). Its
+  /// caches hold only its kv heads (shard_info().kv_heads). Every call writes a *partial* y: the
+  /// sum of y over the N shards (an all-reduce) is the unsharded layer's output; W_O's bias is
+  /// added by shard 0 only. 1 (the default) = the whole layer.
+  int64_t shard_rank = 0;
+  int64_t shard_count = 1;
+};
+
+/// What a (possibly sharded) layer holds: query heads [first_head, first_head + heads) and kv
+/// heads [first_kv_head, first_kv_head + kv_heads) of the full layer. A cache the layer uses has
+/// kv_heads heads.
+struct MhaShardInfo {
+  int64_t first_head = 0, heads = 0, first_kv_head = 0, kv_heads = 0;
 };
 
 /// Weights as f32 buffers (copied at construction; the caller may free them afterwards).
@@ -176,13 +195,16 @@ class ATTEND_API MultiHeadAttention {
                     std::span<const int64_t> seqs, const MhaOptions& options = {}) const;
 
   /// Attention weights for inspection (a slow, materialising path): the softmax matrix of each
-  /// head in `heads` for self-attention over x with forward()'s masks, as
+  /// head in `heads` (indices among this shard's heads) for self-attention over x with forward()'s masks, as
   /// [batch, heads.size(), tokens, tokens]. Fully masked rows are zeros.
   std::vector<float> attention_weights(const float* x, int64_t batch, int64_t tokens, std::span<const int64_t> heads,
                                        const MhaOptions& options = {}) const;
 
-  /// Bytes of the packed projection weights.
+  /// Bytes of the packed projection weights (this shard's).
   size_t weight_bytes() const;
+
+  /// The heads this layer holds (all of them unless MhaConfig::shard_count > 1).
+  MhaShardInfo shard_info() const;
 
  private:
   struct Impl;

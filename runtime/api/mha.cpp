@@ -58,6 +58,33 @@ std::vector<float> concat_outputs(WeightLayout layout, int64_t in,
   return w;
 }
 
+// Outputs [first, first + n) of a projection with `in` inputs and `out` outputs, in its layout.
+std::vector<float> slice_outputs(const float* w, WeightLayout layout, int64_t in, int64_t out, int64_t first,
+                                 int64_t n) {
+  std::vector<float> s(static_cast<size_t>(in * n));
+  if (layout == WeightLayout::out_in) {
+    std::memcpy(s.data(), w + first * in, sizeof(float) * s.size());
+  } else {
+    for (int64_t r = 0; r < in; ++r)
+      std::memcpy(s.data() + r * n, w + r * out + first, sizeof(float) * static_cast<size_t>(n));
+  }
+  return s;
+}
+
+// Inputs [first, first + n) of a projection with `in` inputs and `out` outputs (W_O's columns for
+// a head shard), in its layout.
+std::vector<float> slice_inputs(const float* w, WeightLayout layout, int64_t in, int64_t out, int64_t first,
+                                int64_t n) {
+  std::vector<float> s(static_cast<size_t>(out * n));
+  if (layout == WeightLayout::in_out) {
+    std::memcpy(s.data(), w + first * out, sizeof(float) * s.size());
+  } else {
+    for (int64_t r = 0; r < out; ++r)
+      std::memcpy(s.data() + r * n, w + r * in + first, sizeof(float) * static_cast<size_t>(n));
+  }
+  return s;
+}
+
 std::vector<float> concat_bias(std::initializer_list<std::pair<const float*, int64_t>> parts) {
   std::vector<float> b;
   for (auto& p : parts) b.insert(b.end(), p.first, p.first + p.second);
@@ -74,7 +101,9 @@ struct MultiHeadAttention::Impl {
   float scale = 1.0f;
   std::optional<gemm::Linear> qkv, q, kv, o;
   std::vector<double> inv_freq;  // RoPE: theta^(-2i/hd)
-  std::vector<float> sinks;      // n_heads logits, or empty
+  std::vector<float> sinks;      // this shard's heads' logits, or empty
+  std::vector<float> alibi;      // this shard's heads' ALiBi slopes, or empty
+  MhaShardInfo shard;            // the heads held (hq = shard.heads, hkv = shard.kv_heads)
 
   gemm::WeightType wtype() const {
     return cfg.weight_dtype == DType::bf16 ? gemm::WeightType::bf16 : gemm::WeightType::f32;
@@ -247,7 +276,7 @@ struct MultiHeadAttention::Impl {
     c.sinks = sinks;
     if (self) {
       c.window = cfg.window;
-      c.alibi_slopes = cfg.alibi_slopes;
+      c.alibi_slopes = alibi;
     }
     c.num_threads = opt.num_threads;
     c.isa = opt.isa;
@@ -307,10 +336,26 @@ MultiHeadAttention::MultiHeadAttention(const MhaConfig& config, const MhaWeights
   if (!w.q || !w.k || !w.v || !w.o) fail("weights q, k, v and o are required");
   if (c.bias && (!w.q_bias || !w.k_bias || !w.v_bias || !w.o_bias)) fail("config.bias needs all four biases");
   if (!c.bias && (w.q_bias || w.k_bias || w.v_bias || w.o_bias)) fail("biases given but config.bias is false");
+  // The head shard: query heads split evenly; kv heads split when the shard count divides them,
+  // else each shard holds the one kv head its query heads share.
+  const int64_t N = c.shard_count;
+  if (N < 1) fail("shard_count must be >= 1, got " + str(N));
+  if (c.shard_rank < 0 || c.shard_rank >= N)
+    fail("shard_rank " + str(c.shard_rank) + " outside [0, shard_count = " + str(N) + ")");
+  if (c.n_heads % N != 0) fail("shard_count " + str(N) + " does not divide n_heads " + str(c.n_heads));
+  const bool kv_split = c.n_kv_heads % N == 0;
+  if (!kv_split && N % c.n_kv_heads != 0)
+    fail("shard_count " + str(N) + " must divide n_kv_heads " + str(c.n_kv_heads) +
+         " (kv heads split) or be a multiple of it (kv heads replicated)");
+  MhaShardInfo& sh = s.shard;
+  sh.heads = c.n_heads / N;
+  sh.first_head = c.shard_rank * sh.heads;
+  sh.kv_heads = kv_split ? c.n_kv_heads / N : 1;
+  sh.first_kv_head = kv_split ? c.shard_rank * sh.kv_heads : c.shard_rank / (N / c.n_kv_heads);
   s.cfg = c;
   s.dm = c.d_model;
-  s.hq = c.n_heads;
-  s.hkv = c.n_kv_heads;
+  s.hq = sh.heads;
+  s.hkv = sh.kv_heads;
   s.hd = c.head_dim;
   s.dv = c.value_head_dim;
   s.q_out = s.hq * s.hd;
@@ -318,22 +363,48 @@ MultiHeadAttention::MultiHeadAttention(const MhaConfig& config, const MhaWeights
   s.v_out = s.hkv * s.dv;
   s.a_out = s.hq * s.dv;
   s.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.hd)));
-  if (w.sinks) s.sinks.assign(w.sinks, w.sinks + s.hq);
-  const bool out_in = w.layout == WeightLayout::out_in;
+  if (w.sinks) s.sinks.assign(w.sinks + sh.first_head, w.sinks + sh.first_head + s.hq);
+  if (!c.alibi_slopes.empty())
+    s.alibi.assign(c.alibi_slopes.begin() + sh.first_head, c.alibi_slopes.begin() + sh.first_head + s.hq);
+  // A shard's slices of the full layer's weights (the whole layer: the caller's buffers as they are).
+  MhaWeights wl = w;
+  std::vector<float> sq, sk, sv, so, sbq, sbk, sbv;
+  if (N > 1) {
+    const int64_t q0 = sh.first_head * s.hd, k0 = sh.first_kv_head * s.hd, v0 = sh.first_kv_head * s.dv;
+    sq = slice_outputs(w.q, w.layout, s.dm, c.n_heads * s.hd, q0, s.q_out);
+    sk = slice_outputs(w.k, w.layout, s.dm, c.n_kv_heads * s.hd, k0, s.k_out);
+    sv = slice_outputs(w.v, w.layout, s.dm, c.n_kv_heads * s.dv, v0, s.v_out);
+    so = slice_inputs(w.o, w.layout, c.n_heads * s.dv, s.dm, sh.first_head * s.dv, s.a_out);
+    wl.q = sq.data();
+    wl.k = sk.data();
+    wl.v = sv.data();
+    wl.o = so.data();
+    if (c.bias) {
+      sbq.assign(w.q_bias + q0, w.q_bias + q0 + s.q_out);
+      sbk.assign(w.k_bias + k0, w.k_bias + k0 + s.k_out);
+      sbv.assign(w.v_bias + v0, w.v_bias + v0 + s.v_out);
+      wl.q_bias = sbq.data();
+      wl.k_bias = sbk.data();
+      wl.v_bias = sbv.data();
+      if (c.shard_rank != 0) wl.o_bias = nullptr;  // the all-reduce adds shard 0's
+    }
+  }
+  const bool out_in = wl.layout == WeightLayout::out_in;
   const gemm::WeightType wt = s.wtype();
   if (!c.cross_attention) {
-    const std::vector<float> wqkv = concat_outputs(w.layout, s.dm, {{w.q, s.q_out}, {w.k, s.k_out}, {w.v, s.v_out}});
+    const std::vector<float> wqkv =
+        concat_outputs(wl.layout, s.dm, {{wl.q, s.q_out}, {wl.k, s.k_out}, {wl.v, s.v_out}});
     const std::vector<float> bqkv =
-        c.bias ? concat_bias({{w.q_bias, s.q_out}, {w.k_bias, s.k_out}, {w.v_bias, s.v_out}}) : std::vector<float>{};
+        c.bias ? concat_bias({{wl.q_bias, s.q_out}, {wl.k_bias, s.k_out}, {wl.v_bias, s.v_out}}) : std::vector<float>{};
     s.qkv.emplace(wqkv.data(), out_in, s.dm, s.q_out + s.k_out + s.v_out, c.bias ? bqkv.data() : nullptr, wt);
   } else {
-    s.q.emplace(w.q, out_in, s.dm, s.q_out, w.q_bias, wt);
-    const std::vector<float> wkv = concat_outputs(w.layout, s.dm, {{w.k, s.k_out}, {w.v, s.v_out}});
+    s.q.emplace(wl.q, out_in, s.dm, s.q_out, wl.q_bias, wt);
+    const std::vector<float> wkv = concat_outputs(wl.layout, s.dm, {{wl.k, s.k_out}, {wl.v, s.v_out}});
     const std::vector<float> bkv =
-        c.bias ? concat_bias({{w.k_bias, s.k_out}, {w.v_bias, s.v_out}}) : std::vector<float>{};
+        c.bias ? concat_bias({{wl.k_bias, s.k_out}, {wl.v_bias, s.v_out}}) : std::vector<float>{};
     s.kv.emplace(wkv.data(), out_in, s.dm, s.k_out + s.v_out, c.bias ? bkv.data() : nullptr, wt);
   }
-  s.o.emplace(w.o, out_in, s.a_out, s.dm, w.o_bias, wt);
+  s.o.emplace(wl.o, out_in, s.a_out, s.dm, wl.o_bias, wt);
   if (c.rope) {
     s.inv_freq.resize(static_cast<size_t>(s.hd / 2));
     for (int64_t i = 0; i < s.hd / 2; ++i)
@@ -347,6 +418,8 @@ MultiHeadAttention::MultiHeadAttention(MultiHeadAttention&&) noexcept = default;
 MultiHeadAttention& MultiHeadAttention::operator=(MultiHeadAttention&&) noexcept = default;
 
 const MhaConfig& MultiHeadAttention::config() const { return impl_->cfg; }
+
+MhaShardInfo MultiHeadAttention::shard_info() const { return impl_->shard; }
 
 size_t MultiHeadAttention::weight_bytes() const {
   const Impl& s = *impl_;
@@ -608,8 +681,7 @@ std::vector<float> MultiHeadAttention::attention_weights(const float* x, int64_t
           for (int64_t d = 0; d < s.hd; ++d) dot += static_cast<double>(q[d]) * k[d];
           double x = dot * s.scale;
           if (s.cfg.softcap > 0.0f) x = s.cfg.softcap * std::tanh(x / s.cfg.softcap);
-          if (!s.cfg.alibi_slopes.empty())
-            x += static_cast<double>(s.cfg.alibi_slopes[static_cast<size_t>(h)]) * static_cast<double>(j - i);
+          if (!s.alibi.empty()) x += static_cast<double>(s.alibi[static_cast<size_t>(h)]) * static_cast<double>(j - i);
           row[static_cast<size_t>(j)] = x;
           mx = std::max(mx, x);
         }

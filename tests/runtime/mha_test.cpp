@@ -286,6 +286,146 @@ TEST_P(Layer, PagedStepsEqualCausalForward) {
   }
 }
 
+// Tensor parallelism by heads (MhaConfig::shard_rank / shard_count): the partial outputs of the N
+// shards sum to the whole layer's output, through every entry point — forward (causal), a prefill
+// then decode steps through a slot cache, a paged step of two chunks, and cross-attention — for
+// every shard count the case allows (kv heads split or replicated), with and without the
+// model-family terms (whose per-head sinks and slopes are sliced too), weights in both layouts.
+TEST_P(Layer, ShardsSumToTheWholeLayer) {
+  const LayerCase& c = GetParam();
+  Model m(c);
+  std::mt19937 rng(23);
+  const int64_t batch = 2, n = 9, steps = 2, total = n + steps, mem = 7;
+  const auto x = random_vec(rng, static_cast<size_t>(batch * total * c.dm), 1.0f);
+  const auto memory = random_vec(rng, static_cast<size_t>(batch * mem * c.dm), 1.0f);
+  const std::vector<float> sinks = random_vec(rng, static_cast<size_t>(c.hq), 1.5f);
+  // out_in weights transposed: the same layer in the in_out layout.
+  auto transpose = [](const std::vector<float>& w, int64_t rows, int64_t cols) {
+    std::vector<float> t(w.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < cols; ++k) t[static_cast<size_t>(k * rows + r)] = w[static_cast<size_t>(r * cols + k)];
+    return t;
+  };
+  const std::vector<float> tq = transpose(m.ref.wq, c.hq * c.hd, c.dm), tk = transpose(m.ref.wk, c.hkv * c.hd, c.dm),
+                           tv = transpose(m.ref.wv, c.hkv * c.dv(), c.dm),
+                           to = transpose(m.ref.wo, c.dm, c.hq * c.dv());
+  // Every entry point's output for one configuration (a shard or the whole layer).
+  struct Outputs {
+    std::vector<float> forward, cached, paged, cross;
+  };
+  auto run = [&](const MhaConfig& cfg, bool in_out) {
+    MhaWeights w = m.weights();
+    if (in_out) {
+      w.layout = WeightLayout::in_out;
+      w.q = tq.data();
+      w.k = tk.data();
+      w.v = tv.data();
+      w.o = to.data();
+    }
+    if (cfg.softcap > 0) w.sinks = sinks.data();
+    const MultiHeadAttention layer(cfg, w);
+    MhaConfig cross_cfg = cfg;
+    cross_cfg.cross_attention = true;
+    const MultiHeadAttention cross(cross_cfg, w);
+    const MhaShardInfo sh = layer.shard_info();
+    EXPECT_EQ(sh.heads * cfg.shard_count, c.hq);
+    Outputs o;
+    o.forward.assign(x.size(), 0.0f);
+    layer.forward(x.data(), o.forward.data(), batch, total);
+    KVCache cache({sh.kv_heads, c.hd, batch, 32, DType::f32, c.dv()});
+    const int64_t seqs[] = {1, 0};
+    std::vector<float> xb(static_cast<size_t>(batch * n * c.dm)), yb(xb.size());
+    o.cached.assign(x.size(), 0.0f);
+    for (int64_t b = 0; b < batch; ++b)
+      std::copy(x.begin() + b * total * c.dm, x.begin() + (b * total + n) * c.dm, xb.begin() + b * n * c.dm);
+    layer.forward_cached(xb.data(), yb.data(), batch, n, cache, seqs);
+    for (int64_t b = 0; b < batch; ++b)
+      std::copy(yb.begin() + b * n * c.dm, yb.begin() + (b + 1) * n * c.dm, o.cached.begin() + b * total * c.dm);
+    for (int64_t t = n; t < total; ++t) {
+      std::vector<float> x1(static_cast<size_t>(batch * c.dm)), y1(x1.size());
+      for (int64_t b = 0; b < batch; ++b)
+        std::copy(x.begin() + (b * total + t) * c.dm, x.begin() + (b * total + t + 1) * c.dm, x1.begin() + b * c.dm);
+      layer.forward_cached(x1.data(), y1.data(), batch, 1, cache, seqs);
+      for (int64_t b = 0; b < batch; ++b)
+        std::copy(y1.begin() + b * c.dm, y1.begin() + (b + 1) * c.dm, o.cached.begin() + (b * total + t) * c.dm);
+    }
+    PagedKVCache pool({sh.kv_heads, c.hd, 16, 16, DType::f32, c.dv()});
+    const SequenceChunk chunks[] = {{pool.create_sequence(), total}, {pool.create_sequence(), 3}};
+    o.paged.assign(static_cast<size_t>((total + 3) * c.dm), 0.0f);
+    std::vector<float> xp(x.begin(), x.begin() + total * c.dm);
+    xp.insert(xp.end(), x.begin() + total * c.dm, x.begin() + (total + 3) * c.dm);
+    layer.forward_paged(xp, o.paged, chunks, pool);
+    KVCache mem_cache({sh.kv_heads, c.hd, batch, 16, DType::f32, c.dv()});
+    cross.set_memory(memory.data(), batch, mem, mem_cache, seqs);
+    o.cross.assign(x.size(), 0.0f);
+    cross.cross_attend(x.data(), o.cross.data(), batch, total, mem_cache, seqs);
+    return o;
+  };
+  for (bool terms : {false, true}) {
+    MhaConfig whole = m.cfg;
+    whole.causal = true;
+    if (terms) {
+      whole.window = 5;
+      whole.softcap = 2.0f;
+      whole.alibi_slopes = alibi_slopes(c.hq);
+    }
+    const Outputs want = run(whole, false);
+    for (int64_t shards : {int64_t{2}, int64_t{3}, int64_t{4}, c.hq}) {
+      if (shards > c.hq || c.hq % shards != 0 || (c.hkv % shards != 0 && shards % c.hkv != 0)) continue;
+      const bool in_out = shards == 2;
+      Outputs sum;
+      for (int64_t r = 0; r < shards; ++r) {
+        MhaConfig cfg = whole;
+        cfg.shard_rank = r;
+        cfg.shard_count = shards;
+        const Outputs part = run(cfg, in_out);
+        if (r == 0) {
+          sum = part;
+          continue;
+        }
+        for (auto [dst, src] : {std::pair{&sum.forward, &part.forward}, std::pair{&sum.cached, &part.cached},
+                                std::pair{&sum.paged, &part.paged}, std::pair{&sum.cross, &part.cross}})
+          for (size_t i = 0; i < dst->size(); ++i) (*dst)[i] += (*src)[i];
+      }
+      const std::string what = c.name + " over " + std::to_string(shards) + " shards" + (terms ? " with terms" : "") +
+                               (in_out ? " (in_out weights)" : "");
+      expect_close(sum.forward, to_double(want.forward), 1e-5, what + ": forward");
+      expect_close(sum.cached, to_double(want.cached), 1e-5, what + ": forward_cached");
+      expect_close(sum.paged, to_double(want.paged), 1e-5, what + ": forward_paged");
+      expect_close(sum.cross, to_double(want.cross), 1e-5, what + ": cross_attend");
+    }
+  }
+}
+
+// Shard configurations that cannot be: attend::Error at construction.
+TEST(Layer, ShardConfigurationsRejected) {
+  Model m({"gqa", 48, 6, 3, 8});
+  for (auto [rank, count] : {std::pair<int64_t, int64_t>{0, 0}, {-1, 2}, {2, 2}, {0, 4}, {1, 2}, {0, 5}}) {
+    MhaConfig cfg = m.cfg;
+    cfg.shard_rank = rank;
+    cfg.shard_count = count;
+    // (1, 2): 6 heads split in two, but 3 kv heads neither split in two nor replicated onto two.
+    EXPECT_THROW(MultiHeadAttention(cfg, m.weights()), Error) << rank << "/" << count;
+  }
+  MhaConfig ok = m.cfg;
+  ok.shard_rank = 2;
+  ok.shard_count = 3;
+  const MhaShardInfo sh = MultiHeadAttention(ok, m.weights()).shard_info();
+  EXPECT_EQ(sh.first_head, 4);
+  EXPECT_EQ(sh.heads, 2);
+  EXPECT_EQ(sh.first_kv_head, 2);
+  EXPECT_EQ(sh.kv_heads, 1);
+  MhaConfig rep = m.cfg;
+  rep.n_heads = 6;
+  rep.n_kv_heads = 1;
+  rep.shard_rank = 5;
+  rep.shard_count = 6;
+  Model mq({"mqa", 48, 6, 1, 8});
+  const MhaShardInfo r = MultiHeadAttention(rep, mq.weights()).shard_info();
+  EXPECT_EQ(r.first_kv_head, 0);
+  EXPECT_EQ(r.kv_heads, 1);
+}
+
 // The 8-bit cache's bound (README, Guarantees): the layer's output error through an i8 cache stays
 // below 3e-2 of the output's scale on Gaussian activations and weights — prefill then decode, slot
 // and paged caches, Llama-like head dims (64, 128) with GQA. Prints the measured worst error of
