@@ -34,6 +34,7 @@ namespace {
 
 struct Args {
   std::string weights, input, output, prefix, cache_dtype = "f32", map_path, map_scale = "log", fpmath = "strict";
+  std::string shard;  // "R/N": tensor-parallel shard R of N (MhaConfig::shard_rank / shard_count)
   int64_t heads = 0, kv_heads = 0, decode = 0, head = 0, window = 0;
   double softcap = 0.0;
   bool alibi = false;
@@ -59,6 +60,7 @@ std::string terms_note(const Args& a, const attend::io::LoadedLayer& layer) {
   if (a.softcap > 0) n += ", softcap " + std::to_string(a.softcap);
   if (a.alibi) n += ", alibi";
   if (!layer.sinks.empty()) n += ", sinks";
+  if (!a.shard.empty()) n += ", shard " + a.shard + " (partial output)";
   return n;
 }
 
@@ -75,6 +77,17 @@ int run(const Args& a) {
   layer.config.window = a.window;
   layer.config.softcap = static_cast<float>(a.softcap);
   if (a.alibi) layer.config.alibi_slopes = alibi_slopes(layer.config.n_heads);
+  if (!a.shard.empty()) {
+    const size_t slash = a.shard.find('/');
+    char* end = nullptr;
+    const long long r = slash == std::string::npos ? -1 : std::strtoll(a.shard.c_str(), &end, 10);
+    const bool r_ok = end == a.shard.c_str() + slash;
+    const long long n = r_ok ? std::strtoll(a.shard.c_str() + slash + 1, &end, 10) : 0;
+    if (!r_ok || *end != '\0' || end == a.shard.c_str() + slash + 1)
+      throw io::IoError("--shard must be R/N (shard R of N), got '" + a.shard + "'");
+    layer.config.shard_rank = r;
+    layer.config.shard_count = n;
+  }
 
   const io::NpyArray x = io::load_npy(a.input);
   const int64_t d = layer.config.d_model;
@@ -84,6 +97,7 @@ int run(const Args& a) {
   const int64_t batch = x.shape.size() == 3 ? x.shape[0] : 1, tokens = x.shape[x.shape.size() - 2];
   if (a.decode < 0 || a.decode > tokens)
     throw io::IoError("--decode " + std::to_string(a.decode) + " must be within [0, " + std::to_string(tokens) + "]");
+  if (!a.map_path.empty() && !a.shard.empty()) throw io::IoError("--attention-map and --shard do not combine");
   if (!a.map_path.empty() && (a.head < 0 || a.head >= layer.config.n_heads))
     throw io::IoError("--head " + std::to_string(a.head) + " outside [0, " + std::to_string(layer.config.n_heads) +
                       ")");
@@ -106,7 +120,8 @@ int run(const Args& a) {
   } else {
     // The first N − M tokens as one prefill, the last M one at a time through the cache; each
     // batch row is its own sequence slot.
-    KVCache cache({layer.config.n_kv_heads, layer.config.head_dim, batch, tokens, cache_dtype});
+    KVCache cache(
+        {mha.shard_info().kv_heads, layer.config.head_dim, batch, tokens, cache_dtype, layer.config.value_head_dim});
     std::vector<int64_t> seqs(static_cast<size_t>(batch));
     for (int64_t b = 0; b < batch; ++b) seqs[static_cast<size_t>(b)] = b;
     const int64_t prefill = tokens - a.decode;
@@ -160,7 +175,7 @@ int run(const Args& a) {
       static_cast<long long>(layer.config.n_heads), static_cast<long long>(layer.config.n_kv_heads),
       static_cast<long long>(layer.config.head_dim), layer.config.causal ? ", causal" : "",
       layer.config.rope ? ", rope" : "", terms_note(a, layer).c_str(),
-      a.decode ? (", decode " + std::to_string(a.decode) + " (" + a.cache_dtype + " cache)").c_str() : "",
+      (a.decode ? ", decode " + std::to_string(a.decode) + " (" + a.cache_dtype + " cache)" : std::string()).c_str(),
       isa_name(active_isa()), fpmath_name(fpmath), a.threads > 0 ? a.threads : omp_get_max_threads(), ms,
       map_note.c_str());
   return 0;
@@ -184,6 +199,9 @@ int main(int argc, char** argv) {
   app.add_option("--softcap", a.softcap, "logit soft-capping: scores become C*tanh(s/C) (Gemma 2: 50; 0: none)")
       ->check(CLI::NonNegativeNumber);
   app.add_flag("--alibi", a.alibi, "ALiBi with BLOOM's slopes for the number of heads");
+  app.add_option("--shard", a.shard,
+                 "R/N: run tensor-parallel shard R of N (its heads only); the output is the partial sum the N "
+                 "shards' outputs add up to");
   app.add_option("--rope-theta", a.rope_theta,
                  "apply rotary embeddings (Hugging Face Llama convention) with this theta");
   app.add_option("--threads", a.threads, "threads (0: OpenMP's default)")->check(CLI::NonNegativeNumber);

@@ -125,7 +125,9 @@ def llama_reference(x, wq, wk, wv, wo, heads, kv_heads, theta, causal):
     return (o.transpose(1, 2).reshape(b, n, heads * hd) @ wo.T).float()
 
 
-def llama_case(attend_run, tmp, d, heads, kv_heads, hd, causal, dtype="F32", decode=0, cache="f32", tokens=21):
+def llama_case(attend_run, tmp, d, heads, kv_heads, hd, causal, dtype="F32", decode=0, cache="f32", tokens=21,
+               shards=0):
+    """shards > 0: attend-run --shard r/shards for every r; the partial outputs' sum is compared."""
     g = torch.Generator().manual_seed(d * 31 + heads)
     s = d ** -0.5
     wq = torch.empty(heads * hd, d).uniform_(-s, s, generator=g)
@@ -148,11 +150,18 @@ def llama_case(attend_run, tmp, d, heads, kv_heads, hd, causal, dtype="F32", dec
     args += ["--causal"] if causal else []
     if decode:
         args += ["--decode", str(decode), "--cache-dtype", cache]
-    run_attend(attend_run, args)
     label = f"llama GQA {heads}:{kv_heads} d={d} hd={hd} rope causal={causal} weights={dtype}"
     if decode:
         label += f" --decode {decode} ({cache} cache)"
-    got = np.load(yo)
+    if shards:
+        got = None
+        for r in range(shards):
+            run_attend(attend_run, args + ["--shard", f"{r}/{shards}"])
+            got = np.load(yo) if got is None else got + np.load(yo)
+        label += f", sum of --shard r/{shards}"
+    else:
+        run_attend(attend_run, args)
+        got = np.load(yo)
     if cache == "f32":
         compare(label, got, want.numpy())
     else:  # a reduced-precision cache has its own documented bound
@@ -273,6 +282,10 @@ def main():
         llama_case(attend_run, tmp, 64, 8, 2, 16, True, dtype="F16", decode=5)
         llama_case(attend_run, tmp, 64, 8, 2, 16, True, decode=7, cache="bf16")
         llama_case(attend_run, tmp, 64, 8, 2, 16, True, decode=7, cache="i8")
+        # Tensor parallelism (issue 18): the shards' partial outputs sum to the layer's output, with the
+        # kv heads split (2 shards of 8:2) and replicated (4 shards), prefill and decode.
+        llama_case(attend_run, tmp, 64, 8, 2, 16, True, shards=2)
+        llama_case(attend_run, tmp, 64, 8, 2, 16, True, decode=5, shards=4)
         # The attention map: a well-formed SVG with one cell per (query, key) for a small input.
         svg = os.path.join(tmp, "map.svg")
         run_attend(attend_run, ["-w", os.path.join(tmp, "llama.safetensors"), "-i", os.path.join(tmp, "x.npy"),

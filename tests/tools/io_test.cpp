@@ -330,6 +330,15 @@ TEST_F(AttendRunErrors, EachBadInputFailsCleanly) {
     EXPECT_EQ(rc, 0) << dt << ": " << err;
   }
   expect_failure(ok + " --decode 2 --cache-dtype u8", "--cache-dtype");
+  // --shard R/N: a shard runs (its partial output written); a malformed or impossible one fails.
+  {
+    const auto [rc, err] = run(ok + " -o " + path("shard.npy") + " --shard 1/2 --decode 1");
+    EXPECT_EQ(rc, 0) << err;
+  }
+  expect_failure(ok + " --shard 1", "--shard must be R/N");
+  expect_failure(ok + " --shard 1/x", "--shard must be R/N");
+  expect_failure(ok + " --shard 0/3", "shard_count 3 does not divide n_heads 4");
+  expect_failure(ok + " --shard 4/4", "shard_rank 4 outside [0, shard_count = 4)");
   expect_failure(ok + " --attention-map " + path("m.svg") + " --head 7", "--head 7 outside [0, 4)");
   EXPECT_FALSE(std::filesystem::exists(path("m.svg")));
   // --attention-map without --head used to draw head 0 silently.
