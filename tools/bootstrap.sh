@@ -25,10 +25,11 @@ packages=(g++ cmake make libdnnl-dev libxsimd-dev libgtest-dev libbenchmark-dev 
 # The test suite also compares with PyTorch (Debian's torch belongs to /usr/bin/python3; without
 # OpenMP OpenBLAS it falls back to a reference BLAS ~10x slower), fuzzes with clang's libFuzzer,
 # checks the pkg-config file, renders attend-report's page in headless Chromium, and CI cross-builds
-# the NEON path for aarch64 and runs it under qemu. (python3-dev, pybind11-dev: the `attend` module.)
+# the NEON path for aarch64 and runs it under qemu, and runs the tensor-parallel example under
+# mpirun (Open MPI). (python3-dev, pybind11-dev: the `attend` module.)
 if [[ "$verb" == test ]]; then
   packages+=(python3 python3-torch python3-numpy libopenblas0-openmp clang libclang-rt-14-dev pkg-config
-    g++-aarch64-linux-gnu qemu-user chromium)
+    g++-aarch64-linux-gnu qemu-user chromium libopenmpi-dev openmpi-bin libnuma-dev)
 fi
 
 missing=()
