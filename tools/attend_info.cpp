@@ -1,5 +1,8 @@
 // attend-info: what attend will run on this machine. `--json` prints one JSON object for fleets.
 #include <omp.h>
+#if defined(ATTEND_INFO_LIBNUMA)
+#include <numa.h>
+#endif
 
 #include <CLI/CLI.hpp>
 #include <attend/attend.hpp>
@@ -48,6 +51,51 @@ std::string escape(const std::string& s) {
   return out;
 }
 
+// The NUMA nodes: from libnuma when attend-info was built with it (Debian libnuma-dev) and the
+// kernel supports NUMA, else attend::numa_nodes() (sysfs). Returns the source's name.
+std::string numa(std::vector<attend::NumaNode>& nodes) {
+#if defined(ATTEND_INFO_LIBNUMA)
+  if (numa_available() >= 0) {
+    bitmask* cpus = numa_allocate_cpumask();
+    for (int n = 0; n <= numa_max_node(); ++n) {
+      if (!numa_bitmask_isbitset(numa_nodes_ptr, static_cast<unsigned>(n))) continue;
+      attend::NumaNode node;
+      node.id = n;
+      if (numa_node_to_cpus(n, cpus) == 0)
+        for (unsigned c = 0; c < cpus->size; ++c)
+          if (numa_bitmask_isbitset(cpus, c)) node.cpus.push_back(static_cast<int>(c));
+      long long free = 0;
+      node.memory_bytes = numa_node_size64(n, &free);
+      node.free_bytes = free;
+      if (!node.cpus.empty()) nodes.push_back(node);
+    }
+    numa_free_cpumask(cpus);
+    if (!nodes.empty()) return "libnuma";
+  }
+#endif
+  nodes = attend::numa_nodes();
+  return "sysfs";
+}
+
+// "0-3,8": a CPU list as the kernel writes one.
+std::string cpu_ranges(const std::vector<int>& cpus) {
+  std::string s;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!s.empty()) s += ',';
+    s += std::to_string(cpus[i]) + (j > i ? "-" + std::to_string(cpus[j]) : "");
+    i = j + 1;
+  }
+  return s;
+}
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0));
+  return buf;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,14 +121,28 @@ int main(int argc, char** argv) {
   const std::string model = attend::cpu_model();
   // index0..3 on Linux are L1d, L1i, L2, L3 (per core / shared).
   const std::string l1d = cache_size(0), l2 = cache_size(2), l3 = cache_size(3);
+  std::vector<attend::NumaNode> nodes;
+  const std::string numa_source = numa(nodes);
   if (json) {
+    std::string numa_json = "[";
+    for (const attend::NumaNode& n : nodes) {
+      if (numa_json.size() > 1) numa_json += ',';
+      std::string cpus;
+      for (int c : n.cpus) cpus += (cpus.empty() ? "" : ",") + std::to_string(c);
+      numa_json += "{\"node\":" + std::to_string(n.id) + ",\"cpus\":[" + cpus +
+                   "],\"memory_bytes\":" + std::to_string(n.memory_bytes) +
+                   ",\"free_bytes\":" + std::to_string(n.free_bytes) + "}";
+    }
+    numa_json += "]";
     std::printf(
         "{\"attend_version\":\"%s\",\"cpu_model\":\"%s\",\"isa_compiled\":%s,\"isa_supported\":%s,"
         "\"isa_active\":\"%s\",\"cache_l1d\":\"%s\",\"cache_l2\":\"%s\",\"cache_l3\":\"%s\",\"omp_threads\":%d,"
-        "\"onednn_version\":\"%s\",\"onednn_isa\":\"%s\",\"fpmath_bf16\":\"%s\"}\n",
+        "\"onednn_version\":\"%s\",\"onednn_isa\":\"%s\",\"fpmath_bf16\":\"%s\",\"numa_source\":\"%s\","
+        "\"numa_nodes\":%s}\n",
         ATTEND_VERSION_STRING, escape(model).c_str(), json_list(attend::compiled_isas()).c_str(),
         json_list(attend::supported_isas()).c_str(), active.c_str(), l1d.c_str(), l2.c_str(), l3.c_str(),
-        omp_get_max_threads(), onednn.c_str(), onednn_isa.c_str(), bf16_math.c_str());
+        omp_get_max_threads(), onednn.c_str(), onednn_isa.c_str(), bf16_math.c_str(), numa_source.c_str(),
+        numa_json.c_str());
   } else {
     std::printf("attend %s\n", ATTEND_VERSION_STRING);
     std::printf("cpu            %s\n", model.c_str());
@@ -91,6 +153,10 @@ int main(int argc, char** argv) {
     std::printf("caches         L1d %s, L2 %s, L3 %s\n", l1d.c_str(), l2.c_str(), l3.c_str());
     std::printf("omp threads    %d\n", omp_get_max_threads());
     std::printf("onednn         %s (isa %s)\n", onednn.c_str(), onednn_isa.c_str());
+    std::printf("numa           %zu node%s (%s)\n", nodes.size(), nodes.size() == 1 ? "" : "s", numa_source.c_str());
+    for (const attend::NumaNode& n : nodes)
+      std::printf("  node %-8d cpus %s, %s (%s free)\n", n.id, cpu_ranges(n.cpus).c_str(), gib(n.memory_bytes).c_str(),
+                  gib(n.free_bytes).c_str());
   }
   return 0;
 }

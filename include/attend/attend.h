@@ -112,6 +112,9 @@ typedef struct attend_context attend_context;
 
 /* num_threads 0 = OpenMP's default shared among calls in flight; max_workspace_bytes 0 = unbounded. */
 ATTEND_C_API attend_status attend_context_create(int num_threads, size_t max_workspace_bytes, attend_context** out);
+/* The same, with its calls' threads bound to NUMA node `numa_node` (ContextConfig::numa_node; -1 = none). */
+ATTEND_C_API attend_status attend_context_create_on_node(int num_threads, size_t max_workspace_bytes, int numa_node,
+                                                         attend_context** out);
 ATTEND_C_API attend_status attend_context_destroy(attend_context* ctx); /* NULL is a no-op */
 ATTEND_C_API attend_status attend_context_set_num_threads(attend_context* ctx, int num_threads);
 ATTEND_C_API attend_status attend_context_set_max_workspace_bytes(attend_context* ctx, size_t bytes);

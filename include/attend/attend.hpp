@@ -7,6 +7,7 @@
 #include <attend/isa.hpp>
 #include <attend/kv_cache.hpp>
 #include <attend/mha.hpp>
+#include <attend/numa.hpp>
 #include <attend/paged_kv_cache.hpp>
 #include <attend/sdpa.hpp>
 #include <attend/tensor_view.hpp>

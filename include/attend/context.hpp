@@ -21,6 +21,15 @@ struct ContextConfig {
   /// workspace would not fit, or would not fit beside what other calls in flight on this context
   /// hold, throws attend::Error (ErrorCode::capacity) before it reads or writes anything.
   size_t max_workspace_bytes = 0;
+  /// NUMA placement (one rank or one worker per node): -1 (the default) leaves threads where the
+  /// operating system puts them. A node id (attend::numa_nodes()) binds every call's threads — the
+  /// calling thread and the OpenMP threads of its parallel loops, which oneDNN's projections use
+  /// too — to that node's CPUs (sched_setaffinity, once per thread; the binding stays with the
+  /// thread). Memory follows by first touch: the workspace and the KV-cache pages a call writes are
+  /// placed on the node of the thread writing them. On a one-node machine node 0 is every CPU (a
+  /// no-op). An id without CPUs throws attend::Error at construction. For a whole process per
+  /// node, mpirun's `--bind-to numa` does the same from outside.
+  int numa_node = -1;
 };
 
 /// The execution context of attend's calls: a thread count and the workspace (per-thread tile
@@ -48,6 +57,8 @@ class ATTEND_API Context {
   int num_threads() const;
   void set_max_workspace_bytes(size_t bytes);
   size_t max_workspace_bytes() const;
+  /// ContextConfig::numa_node (-1: none).
+  int numa_node() const;
 
   /// Bytes of workspace this context holds now (in use by calls in flight, or kept for reuse).
   size_t workspace_bytes() const;

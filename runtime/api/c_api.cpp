@@ -265,6 +265,14 @@ attend_status attend_context_create(int num_threads, size_t max_workspace_bytes,
     o = new attend_context(attend::ContextConfig{num_threads, max_workspace_bytes});
   });
 }
+attend_status attend_context_create_on_node(int num_threads, size_t max_workspace_bytes, int numa_node,
+                                            attend_context** out) {
+  return guarded([&] {
+    attend_context*& o = out_param(out, "attend_context_create_on_node");
+    if (num_threads < 0) invalid("attend_context_create_on_node", "num_threads must be >= 0");
+    o = new attend_context(attend::ContextConfig{num_threads, max_workspace_bytes, numa_node});
+  });
+}
 attend_status attend_context_destroy(attend_context* ctx) {
   return guarded([&] { delete ctx; });
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../parallel/scheduler.hpp"
+#include "numa.hpp"
 #include "workspace.hpp"
 
 namespace attend {
@@ -85,6 +86,8 @@ struct Context::Impl {
   size_t held = 0;  // bytes of every workspace, idle or in use
   size_t peak = 0;
   unsigned long generation = 0;  // bumped by release(): workspaces checked out before are freed on return
+  int numa_node = -1;            // ContextConfig::numa_node, and its CPUs
+  std::vector<int> numa_cpus;
 };
 
 namespace detail {
@@ -97,7 +100,15 @@ Context::Context() : Context(ContextConfig{}) {}
 Context::Context(const ContextConfig& config) : impl_(std::make_unique<Impl>()) {
   set_num_threads(config.num_threads);
   set_max_workspace_bytes(config.max_workspace_bytes);
+  if (config.numa_node < -1)
+    throw Error(ErrorCode::invalid_argument,
+                "Context: numa_node must be -1 (none) or a node id, got " + std::to_string(config.numa_node));
+  if (config.numa_node >= 0) {
+    impl_->numa_cpus = detail::numa_node_cpus(config.numa_node);
+    impl_->numa_node = config.numa_node;
+  }
 }
+int Context::numa_node() const { return impl_->numa_node; }
 Context::~Context() = default;
 
 Context& Context::default_context() {
@@ -147,6 +158,7 @@ Lease::Lease(Context* context, int requested_threads) : context_(context ? *cont
   } else {
     threads_ = parallel::default_threads(in_flight);
   }
+  if (c.numa_node >= 0) bind_team(c.numa_node, c.numa_cpus, threads_);
 }
 
 Lease::~Lease() {

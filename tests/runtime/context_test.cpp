@@ -1,8 +1,10 @@
 // attend::Context: what a server relies on to bound, see and release attend's memory, and to keep
 // its own threads from oversubscribing the machine.
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <attend/attend.hpp>
 #include <cmath>
@@ -199,6 +201,76 @@ TEST(Context, SharedByConcurrentCallers) {
   EXPECT_LE(context.workspace_bytes(), kThreads * one);
   context.release();
   EXPECT_EQ(context.workspace_bytes(), 0u);
+}
+
+// NUMA: numa_nodes() describes the machine (nodes with distinct, online CPUs), and a context on a
+// node binds its calls' threads to that node's CPUs and computes the same bits; on a one-node
+// machine that binding changes nothing (node 0 is every CPU). Run on a thread of its own so the
+// binding (which stays with a thread) does not follow the rest of the suite's main thread.
+TEST(Numa, NodesAndAContextOnANode) {
+  const std::vector<NumaNode> nodes = numa_nodes();
+  ASSERT_FALSE(nodes.empty());
+  std::vector<int> seen;
+  const long online = sysconf(_SC_NPROCESSORS_CONF);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i) {
+      EXPECT_GT(nodes[i].id, nodes[i - 1].id);
+    }
+    EXPECT_FALSE(nodes[i].cpus.empty());
+    for (int c : nodes[i].cpus) {
+      EXPECT_GE(c, 0);
+      EXPECT_LT(c, online);
+      EXPECT_EQ(std::count(seen.begin(), seen.end(), c), 0) << "cpu " << c << " in two nodes";
+      seen.push_back(c);
+    }
+    EXPECT_GE(nodes[i].memory_bytes, nodes[i].free_bytes);
+  }
+  EXPECT_THROW(Context(ContextConfig{0, 0, nodes.back().id + 1}), Error);
+  EXPECT_THROW(Context(ContextConfig{0, 0, -2}), Error);
+
+  std::mt19937 rng(9);
+  TestTensor q = TestTensor::make({1, 4, 37, 32}), k = TestTensor::make({1, 2, 200, 32}),
+             v = TestTensor::make({1, 2, 200, 32}), o1 = TestTensor::make({1, 4, 37, 32}),
+             o2 = TestTensor::make({1, 4, 37, 32});
+  q.fill_uniform(rng);
+  k.fill_uniform(rng);
+  v.fill_uniform(rng);
+  SdpaOptions opt;
+  opt.causal = true;
+  opt.num_threads = 2;
+  scaled_dot_product_attention(q.cview(), k.cview(), v.cview(), o1.view, opt);
+  auto affinity = [] {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    sched_getaffinity(0, sizeof set, &set);
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+    return cpus;
+  };
+  std::vector<int> before, after;
+  std::thread worker([&] {
+    before = affinity();
+    Context ctx(ContextConfig{2, 0, nodes[0].id});
+    EXPECT_EQ(ctx.numa_node(), nodes[0].id);
+    SdpaOptions on = opt;
+    on.context = &ctx;
+    scaled_dot_product_attention(q.cview(), k.cview(), v.cview(), o2.view, on);
+    after = affinity();
+  });
+  worker.join();
+  std::vector<int> node_cpus = nodes[0].cpus;
+  // The calling thread now runs on exactly the node's CPUs (those the process may use).
+  std::vector<int> allowed;
+  for (int c : node_cpus)
+    if (std::count(before.begin(), before.end(), c)) allowed.push_back(c);
+  if (!allowed.empty()) {
+    EXPECT_EQ(after, node_cpus);
+  }
+  if (nodes.size() == 1 && before == node_cpus) {
+    EXPECT_EQ(after, before) << "one node: a no-op";
+  }
+  for (int64_t i = 0; i < 4 * 37 * 32; ++i) ASSERT_EQ(o1.view.data()[i], o2.view.data()[i]) << "same bits on the node";
 }
 
 }  // namespace
