@@ -1,4 +1,4 @@
-// layer/<impl>/<shape>: the whole attention layer, impl ∈ {attend, attend-bf16w, attend-bf16, onednn}, plus
+// layer/<impl>/<shape>: the whole attention layer, impl ∈ {attend, attend-bf16w, attend-bf16, onednn, attend-tp2}, plus
 // layer/attend-gemm (attend's projection GEMMs alone) and layer/attend-attn (its attention alone),
 // so the summary can show the layer costs no more than its parts (no hidden copies).
 // Decode entries also time a plain read of the bytes they stream (weights + cached K/V) right
@@ -8,12 +8,17 @@
 // L1: prefill d_model 4096, 32 heads, 8 kv heads, head_dim 128, N = 512, causal; L2: d_model 1024,
 // 16 heads, N = 2048, causal; L3: one decode step with L1's config over a 4096-token cache, B = 1;
 // L4: the same at B = 8 over 2048 tokens. Decode shapes flush the last-level cache every iteration.
+#include <sched.h>
+
+#include <atomic>
 #include <attend/attend.hpp>
+#include <barrier>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../runtime/gemm/onednn_matmul.hpp"
@@ -170,6 +175,132 @@ void bm_attend_layer(benchmark::State& state, const NamedLayer* nl, DType wdt, D
            weight_bytes(s, wdt == DType::bf16 ? 2 : 4) + kv_bytes(s) * (cache_dtype == DType::f32 ? 1.0 : 0.5));
 }
 
+// Tensor parallelism on this machine's cores: the layer sharded over 2 ranks (MhaConfig::
+// shard_count = 2), each rank a thread of its own pinned to one core and computing its shard with
+// one thread (its own context, its own KV cache of half the kv heads), then an all-reduce of the two
+// partial outputs over shared memory — each rank sums its half of y — as MPI's shared-memory
+// transport does for ranks on one machine. A step is timed from the ranks' start to the end of the
+// all-reduce; counter allreduce_pct = the median share of the step the all-reduce phase took.
+// Compare with layer/attend (the whole layer, one process, 2 threads).
+void bm_attend_tp2(benchmark::State& state, const NamedLayer* nl) {
+  constexpr int kRanks = 2;
+  LayerData& d = layer_data(*nl);
+  const LayerShape& s = nl->s;
+  MhaConfig cfg;
+  cfg.d_model = s.dm;
+  cfg.n_heads = s.hq;
+  cfg.n_kv_heads = s.hkv;
+  cfg.head_dim = s.hd;
+  cfg.causal = true;
+  MhaWeights w;
+  w.layout = WeightLayout::in_out;
+  w.q = d.wq.data();
+  w.k = d.wk.data();
+  w.v = d.wv.data();
+  w.o = d.wo.data();
+  std::vector<MultiHeadAttention> layers;
+  std::vector<std::unique_ptr<Context>> contexts;
+  std::vector<KVCache> caches;
+  for (int r = 0; r < kRanks; ++r) {
+    MhaConfig c = cfg;
+    c.shard_rank = r;
+    c.shard_count = kRanks;
+    layers.emplace_back(c, w);
+    contexts.push_back(std::make_unique<Context>(ContextConfig{1}));
+    if (decode(s)) {  // this rank's kv heads of the shape's cached tokens
+      const MhaShardInfo sh = layers.back().shard_info();
+      KVCache cache({sh.kv_heads, s.hd, s.B, s.cache_len, DType::f32});
+      for (int64_t b = 0; b < s.B; ++b) {
+        const TensorView::Dims strides{0, s.cache_len * s.hd, s.hd, 1};
+        const int64_t at = (b * s.hkv + sh.first_kv_head) * s.cache_len * s.hd;
+        cache.append(b, TensorView(d.k_cache.data() + at, {1, sh.kv_heads, s.cache_len - 1, s.hd}, strides),
+                     TensorView(d.v_cache.data() + at, {1, sh.kv_heads, s.cache_len - 1, s.hd}, strides));
+      }
+      caches.push_back(std::move(cache));
+    }
+  }
+  std::vector<int64_t> seqs(static_cast<size_t>(s.B));
+  for (int64_t b = 0; b < s.B; ++b) seqs[static_cast<size_t>(b)] = b;
+  const size_t n = d.y.size(), half = n / 2;
+  std::vector<std::vector<float>> partial(kRanks, std::vector<float>(n));
+  auto compute = [&](int r) {
+    MhaOptions opt;
+    opt.context = contexts[static_cast<size_t>(r)].get();
+    opt.num_threads = 1;
+    if (decode(s))
+      layers[static_cast<size_t>(r)].forward_cached(d.x.data(), partial[static_cast<size_t>(r)].data(), s.B, 1,
+                                                    caches[static_cast<size_t>(r)], seqs, opt);
+    else
+      layers[static_cast<size_t>(r)].forward(d.x.data(), partial[static_cast<size_t>(r)].data(), s.B, s.N, opt);
+  };
+  auto reduce = [&](int r) {  // rank r sums its half of y
+    const size_t lo = r == 0 ? 0 : half, hi = r == 0 ? half : n;
+    for (size_t i = lo; i < hi; ++i) d.y[i] = partial[0][i] + partial[1][i];
+  };
+  // Rank 1 on a thread of its own; rank 0 on the benchmark's thread. Each pinned to one core.
+  const int cores = std::max(1, omp_get_num_procs());
+  cpu_set_t saved;
+  sched_getaffinity(0, sizeof saved, &saved);
+  auto pin = [&](int core) {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(core % cores, &one);
+    sched_setaffinity(0, sizeof one, &one);
+  };
+  std::barrier sync(kRanks);
+  std::atomic<bool> stop{false};
+  std::thread rank1([&] {
+    pin(1);
+    for (;;) {
+      sync.arrive_and_wait();  // step start
+      if (stop) return;
+      compute(1);
+      sync.arrive_and_wait();  // both partials ready
+      reduce(1);
+      sync.arrive_and_wait();  // y complete
+    }
+  });
+  pin(0);
+  std::vector<double> shares;
+  auto step = [&](double& reduce_s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    sync.arrive_and_wait();
+    compute(0);
+    sync.arrive_and_wait();
+    const auto t1 = std::chrono::steady_clock::now();
+    reduce(0);
+    sync.arrive_and_wait();
+    const auto t2 = std::chrono::steady_clock::now();
+    reduce_s = std::chrono::duration<double>(t2 - t1).count();
+    return std::chrono::duration<double>(t2 - t0).count();
+  };
+  auto prepare = [&] {
+    if (!decode(s)) return;
+    for (KVCache& c : caches)
+      for (int64_t b = 0; b < s.B; ++b) c.truncate(b, s.cache_len - 1);
+    flush_last_level_cache();
+  };
+  double unused = 0;
+  prepare();
+  step(unused);  // warm-up: primitives, workspaces, first-touch
+  for (auto _ : state) {
+    prepare();
+    double r = 0;
+    const double t = step(r);
+    set_iteration_time(state, t);
+    shares.push_back(100.0 * r / t);
+  }
+  stop = true;
+  sync.arrive_and_wait();
+  rank1.join();
+  sched_setaffinity(0, sizeof saved, &saved);
+  if (!shares.empty()) {
+    std::sort(shares.begin(), shares.end());
+    state.counters["allreduce_pct"] = shares[shares.size() / 2];
+  }
+  counters(state, s, gemm_flops(s) + attn_flops(s), weight_bytes(s, 4) + kv_bytes(s));
+}
+
 void bm_onednn_layer(benchmark::State& state, const NamedLayer* nl) {
   LayerData& d = layer_data(*nl);
   const LayerShape& s = nl->s;
@@ -245,6 +376,7 @@ void register_layer_benchmarks() {
     reg("attend-bf16",
         [&nl](benchmark::State& st) { bm_attend_layer(st, &nl, DType::bf16, DType::bf16, DType::bf16); });
     reg("onednn", [&nl](benchmark::State& st) { bm_onednn_layer(st, &nl); });
+    reg("attend-tp2", [&nl](benchmark::State& st) { bm_attend_tp2(st, &nl); });
     reg("attend-gemm", [&nl](benchmark::State& st) { bm_attend_gemm(st, &nl); });
     reg("attend-attn", [&nl](benchmark::State& st) { bm_attend_attn(st, &nl); });
   }
@@ -323,6 +455,26 @@ void print_layer_prefill_summary(const SummaryReporter& rep, FILE* out) {
   }
 }
 
+// Two tensor-parallel ranks (threads on the two cores, shared-memory all-reduce) against the whole
+// layer on two threads.
+void print_layer_tp_summary(const SummaryReporter& rep, FILE* out) {
+  bool any = false;
+  for (const NamedLayer& nl : layer_shapes()) {
+    const auto* a = rep.find(std::string("layer/attend/") + nl.name);
+    const auto* tp = rep.find(std::string("layer/attend-tp2/") + nl.name);
+    if (!a || !tp) continue;
+    if (!any) {
+      std::fprintf(out,
+                   "\nTensor parallel, 2 ranks (layer/attend-tp2: the layer sharded by heads over 2 ranks, one core "
+                   "and one thread each, all-reduce over shared memory) against layer/attend (2 threads; medians)\n");
+      std::fprintf(out, "%-5s %10s %10s %9s %14s\n", "shape", "attend ms", "tp2 ms", "tp2/attend", "all-reduce %");
+      any = true;
+    }
+    std::fprintf(out, "%-5s %10.3f %10.3f %8.2fx %13.1f%%\n", nl.name, a->seconds * 1e3, tp->seconds * 1e3,
+                 a->seconds / tp->seconds, tp->counter("allreduce_pct"));
+  }
+}
+
 }  // namespace
 
 void print_layer_summary(const SummaryReporter& rep, double peak, FILE* out) {
@@ -347,6 +499,7 @@ void print_layer_summary(const SummaryReporter& rep, double peak, FILE* out) {
   }
   print_layer_prefill_summary(rep, out);
   print_layer_decode_summary(rep, out);
+  print_layer_tp_summary(rep, out);
   (void)peak;
 }
 
