@@ -499,7 +499,8 @@ Activations activations(const attend::MultiHeadAttention& l, const py::object& x
 
 Layer layer_from_safetensors(const std::string& path, const std::string& prefix, int64_t heads, int64_t kv_heads,
                              bool causal, std::optional<double> rope_theta, int64_t window, double softcap, bool alibi,
-                             const std::string& weight_dtype, bool cross_attention) {
+                             const std::string& weight_dtype, bool cross_attention, int64_t shard_rank,
+                             int64_t shard_count) {
   attend::io::LoadedLayer loaded = [&] {
     py::gil_scoped_release unlocked;
     return attend::io::load_layer(attend::io::SafeTensors::load(path), prefix, heads, kv_heads);
@@ -515,6 +516,8 @@ Layer layer_from_safetensors(const std::string& path, const std::string& prefix,
   if (alibi) c.alibi_slopes = attend::alibi_slopes(c.n_heads);
   c.weight_dtype = storage_dtype(weight_dtype);
   c.cross_attention = cross_attention;
+  c.shard_rank = shard_rank;
+  c.shard_count = shard_count;
   Layer l;
   l.scheme = loaded.scheme;
   l.layer = std::make_unique<attend::MultiHeadAttention>(c, loaded.weights());
@@ -673,7 +676,7 @@ A row whose keys are all masked returns zeros (torch returns NaN there).)");
                        const py::object& k_bias, const py::object& v_bias, const py::object& o_bias,
                        const py::object& sinks, bool causal, std::optional<double> rope_theta, int64_t window,
                        double softcap, const py::object& alibi_slopes, const std::string& weight_dtype,
-                       bool cross_attention) {
+                       bool cross_attention, int64_t shard_rank, int64_t shard_count) {
              attend::MhaConfig c;
              c.d_model = d_model;
              c.n_heads = n_heads;
@@ -689,6 +692,8 @@ A row whose keys are all masked returns zeros (torch returns NaN there).)");
              c.alibi_slopes = float_vector(alibi_slopes);
              c.weight_dtype = storage_dtype(weight_dtype);
              c.cross_attention = cross_attention;
+             c.shard_rank = shard_rank;
+             c.shard_count = shard_count;
              const bool biased = !q_bias.is_none() || !k_bias.is_none() || !v_bias.is_none() || !o_bias.is_none();
              if (biased && (q_bias.is_none() || k_bias.is_none() || v_bias.is_none() || o_bias.is_none()))
                value_error("give all four biases or none");
@@ -735,13 +740,15 @@ A row whose keys are all masked returns zeros (torch returns NaN there).)");
            py::arg("k_bias") = py::none(), py::arg("v_bias") = py::none(), py::arg("o_bias") = py::none(),
            py::arg("sinks") = py::none(), py::arg("causal") = false, py::arg("rope_theta") = py::none(),
            py::arg("window") = 0, py::arg("softcap") = 0.0, py::arg("alibi_slopes") = py::none(),
-           py::arg("weight_dtype") = "f32", py::arg("cross_attention") = false,
+           py::arg("weight_dtype") = "f32", py::arg("cross_attention") = false, py::arg("shard_rank") = 0,
+           py::arg("shard_count") = 1,
            "From nn.Linear-layout weights q [Hq·hd, d], k/v [Hkv·hd, d], o [d, Hq·hd] (copied). rope_theta: RoPE "
            "(Llama's rotate_half) with that base, None = no RoPE.")
       .def_static("from_safetensors", &layer_from_safetensors, py::arg("path"), py::arg("prefix") = "", py::kw_only(),
                   py::arg("heads"), py::arg("kv_heads") = 0, py::arg("causal") = false,
                   py::arg("rope_theta") = py::none(), py::arg("window") = 0, py::arg("softcap") = 0.0,
                   py::arg("alibi") = false, py::arg("weight_dtype") = "f32", py::arg("cross_attention") = false,
+                  py::arg("shard_rank") = 0, py::arg("shard_count") = 1,
                   "Loads a layer from a .safetensors file: nn.MultiheadAttention (prefix+in_proj_weight, "
                   "out_proj.*) or Llama-style (prefix+{q,k,v,o}_proj.weight, optional biases and 'sinks').")
       .def_property_readonly("d_model", [](const Layer& l) { return l.layer->config().d_model; })
@@ -750,6 +757,18 @@ A row whose keys are all masked returns zeros (torch returns NaN there).)");
       .def_property_readonly("head_dim", [](const Layer& l) { return l.layer->config().head_dim; })
       .def_property_readonly("value_head_dim", [](const Layer& l) { return l.layer->config().value_head_dim; })
       .def_property_readonly("scheme", [](const Layer& l) { return l.scheme; })
+      .def_property_readonly(
+          "shard_info",
+          [](const Layer& l) {
+            const attend::MhaShardInfo sh = l.layer->shard_info();
+            py::dict d;
+            d["first_head"] = sh.first_head;
+            d["heads"] = sh.heads;
+            d["first_kv_head"] = sh.first_kv_head;
+            d["kv_heads"] = sh.kv_heads;
+            return d;
+          },
+          "The heads this layer (shard) holds; its caches have kv_heads heads.")
       .def_property_readonly("weight_bytes", [](const Layer& l) { return l.layer->weight_bytes(); })
       .def(
           "forward",

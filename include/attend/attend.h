@@ -240,6 +240,8 @@ typedef struct attend_layer_config {
   float softcap;
   const float* alibi_slopes; /* n_heads slopes, or NULL (copied) */
   size_t alibi_slopes_count;
+  int64_t shard_rank;  /* tensor parallelism (MhaConfig::shard_rank / shard_count): this layer is */
+  int64_t shard_count; /* shard shard_rank of shard_count (0 = 1: the whole layer) */
 } attend_layer_config;
 
 /* MhaWeights: f32 buffers, copied by attend_layer_create (free them afterwards). The caller

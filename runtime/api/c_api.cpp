@@ -504,6 +504,8 @@ attend_status attend_layer_create(const attend_layer_config* config, const atten
     m.softcap = c.softcap;
     const std::span<const float> slopes = span_of(c.alibi_slopes, c.alibi_slopes_count, who, "alibi_slopes");
     m.alibi_slopes.assign(slopes.begin(), slopes.end());
+    m.shard_rank = c.shard_rank;
+    m.shard_count = c.shard_count == 0 ? 1 : c.shard_count;
     attend::MhaWeights mw;
     switch (raw(w.layout)) {
       case ATTEND_WEIGHTS_OUT_IN: mw.layout = attend::WeightLayout::out_in; break;
@@ -546,6 +548,8 @@ attend_status attend_layer_get_config(const attend_layer* layer, attend_layer_co
     r.softcap = m.softcap;
     r.alibi_slopes = m.alibi_slopes.empty() ? nullptr : m.alibi_slopes.data();
     r.alibi_slopes_count = m.alibi_slopes.size();
+    r.shard_rank = m.shard_rank;
+    r.shard_count = m.shard_count;
     c = r;
   });
 }

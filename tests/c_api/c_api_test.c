@@ -381,6 +381,29 @@ static void test_layer(void) {
   for (int i = 0; i < T * DM; ++i) err = fmax(err, fabs(y[i] - from_bf16(y16[i])));
   CHECK(err < 3e-2 * ymax);
 
+  /* Tensor parallelism: two shards' partial outputs sum to the whole layer's. */
+  {
+    static float part[T * DM];
+    for (int i = 0; i < T * DM; ++i) y2[i] = 0.0f;
+    for (int r = 0; r < 2; ++r) {
+      attend_layer_config sc = cfg;
+      sc.shard_rank = r;
+      sc.shard_count = 2;
+      attend_layer* shard = NULL;
+      OK(attend_layer_create(&sc, &w, &shard));
+      OK(attend_layer_forward(shard, x, ATTEND_F32, part, ATTEND_F32, 1, T, NULL));
+      for (int i = 0; i < T * DM; ++i) y2[i] += part[i];
+      OK(attend_layer_destroy(shard));
+    }
+    err = 0;
+    for (int i = 0; i < T * DM; ++i) err = fmax(err, fabs(y[i] - y2[i]));
+    CHECK(err < 1e-5 * ymax);
+    attend_layer_config bad = cfg;
+    bad.shard_count = 3; /* does not divide 4 heads */
+    attend_layer* none3 = NULL;
+    FAILS(attend_layer_create(&bad, &w, &none3), ATTEND_ERROR_INVALID_ARGUMENT, "shard_count");
+  }
+
   /* Errors: a bad option, a cache of the wrong shape, missing weights — nothing written. */
   for (int i = 0; i < T * DM; ++i) y2[i] = 3.0f;
   lo.causal = 5;

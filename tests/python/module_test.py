@@ -145,6 +145,14 @@ with tempfile.TemporaryDirectory() as tmp:
     check("llama forward_cached == forward", rel_err(torch.cat(steps, 1), full) <= 1e-5,
           f"{rel_err(torch.cat(steps, 1), full):.3g}")
 
+    # Tensor parallelism: two shards' partial outputs sum to the layer's (kv heads split).
+    shards = [attend.MultiHeadAttention(64, 4, wq, wk, wv, wo, n_kv_heads=2, causal=True, rope_theta=10000.0,
+                                        shard_rank=r, shard_count=2) for r in range(2)]
+    check("shard_info", shards[1].shard_info == {"first_head": 2, "heads": 2, "first_kv_head": 1, "kv_heads": 1},
+          str(shards[1].shard_info))
+    parts = sum(sh.forward(x1) for sh in shards)
+    check("shards sum to the layer", rel_err(parts, full) <= 1e-5, f"{rel_err(parts, full):.3g}")
+
     # ---- errors ----
     def expect(exc, name, call):
         try:
@@ -161,6 +169,8 @@ with tempfile.TemporaryDirectory() as tmp:
     expect(ValueError, "x width", lambda: layer.forward(torch.randn(2, 5, 63)))
     expect(ValueError, "non-contiguous x", lambda: layer.forward(torch.randn(64, 5).t()))
     expect(ValueError, "weight size", lambda: attend.MultiHeadAttention(64, 4, wq, wk, wv, wo))  # wants 64 kv rows
+    expect(ValueError, "shard count", lambda: attend.MultiHeadAttention(64, 4, wq, wk, wv, wo, n_kv_heads=2,
+                                                                       shard_count=3))
     expect(ValueError, "bad dtype name", lambda: attend.KVCache(2, 16, 1, 16, dtype="f64"))
     expect(ValueError, "unknown sequence", lambda: attend.PagedKVCache(2, 16, 4).length(7))
     small = attend.PagedKVCache(2, 16, num_blocks=1, block_tokens=16)
