@@ -237,6 +237,15 @@ void bm_attend_tp2(benchmark::State& state, const NamedLayer* nl) {
     const size_t lo = r == 0 ? 0 : half, hi = r == 0 ? half : n;
     for (size_t i = lo; i < hi; ++i) d.y[i] = partial[0][i] + partial[1][i];
   };
+  // Before each step (untimed) each rank truncates its cache back and flushes its part of the
+  // last-level cache itself: an OpenMP region here would leave OpenMP's worker spinning on the
+  // other core while the ranks run.
+  auto prepare = [&](int r) {
+    if (!decode(s)) return;
+    KVCache& c = caches[static_cast<size_t>(r)];
+    for (int64_t b = 0; b < s.B; ++b) c.truncate(b, s.cache_len - 1);
+    flush_last_level_cache_part(r, kRanks);
+  };
   // Rank 1 on a thread of its own; rank 0 on the benchmark's thread. Each pinned to one core.
   const int cores = std::max(1, omp_get_num_procs());
   cpu_set_t saved;
@@ -252,8 +261,10 @@ void bm_attend_tp2(benchmark::State& state, const NamedLayer* nl) {
   std::thread rank1([&] {
     pin(1);
     for (;;) {
-      sync.arrive_and_wait();  // step start
+      sync.arrive_and_wait();  // a step begins (or the run ends)
       if (stop) return;
+      prepare(1);
+      sync.arrive_and_wait();  // both prepared: the timed step starts
       compute(1);
       sync.arrive_and_wait();  // both partials ready
       reduce(1);
@@ -263,8 +274,10 @@ void bm_attend_tp2(benchmark::State& state, const NamedLayer* nl) {
   pin(0);
   std::vector<double> shares;
   auto step = [&](double& reduce_s) {
-    const auto t0 = std::chrono::steady_clock::now();
     sync.arrive_and_wait();
+    prepare(0);
+    sync.arrive_and_wait();
+    const auto t0 = std::chrono::steady_clock::now();
     compute(0);
     sync.arrive_and_wait();
     const auto t1 = std::chrono::steady_clock::now();
@@ -274,17 +287,9 @@ void bm_attend_tp2(benchmark::State& state, const NamedLayer* nl) {
     reduce_s = std::chrono::duration<double>(t2 - t1).count();
     return std::chrono::duration<double>(t2 - t0).count();
   };
-  auto prepare = [&] {
-    if (!decode(s)) return;
-    for (KVCache& c : caches)
-      for (int64_t b = 0; b < s.B; ++b) c.truncate(b, s.cache_len - 1);
-    flush_last_level_cache();
-  };
   double unused = 0;
-  prepare();
-  step(unused);  // warm-up: primitives, workspaces, first-touch
+  step(unused);  // warm-up: primitives, workspaces, first touch
   for (auto _ : state) {
-    prepare();
     double r = 0;
     const double t = step(r);
     set_iteration_time(state, t);

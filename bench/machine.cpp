@@ -20,6 +20,13 @@ void flush_last_level_cache() {
   for (int64_t i = 0; i < n; i += 16) p[i] = value;  // one write per cache line
 }
 
+void flush_last_level_cache_part(int part, int parts) {
+  static std::vector<float> buffer(size_t{128} << 18);  // 128 MiB, as flush_last_level_cache
+  const int64_t n = static_cast<int64_t>(buffer.size()), lo = n * part / parts / 16 * 16, hi = n * (part + 1) / parts;
+  float* p = buffer.data();
+  for (int64_t i = lo; i < hi; i += 16) p[i] += 1.0f;  // one write per cache line
+}
+
 float stream_read(const float* data, size_t floats, int threads) {
   const int64_t n = static_cast<int64_t>(floats);
   float total = 0.0f;

@@ -10,6 +10,9 @@ namespace attend::bench {
 /// Writes a 128 MiB buffer so the last-level cache holds none of the benchmark's data (what a
 /// multi-layer decode sees: every layer's K/V comes from DRAM).
 void flush_last_level_cache();
+/// Part `part` of `parts` of the same flush, on the calling thread alone (no OpenMP region: for
+/// threads of the caller's own that must not wake OpenMP's spinning workers).
+void flush_last_level_cache_part(int part, int parts);
 
 /// Sums `floats` floats with all threads, vectorised, and returns the sum (so it is not elided).
 /// Timed, this is the plain streaming read the decode kernels are compared with.

@@ -104,7 +104,18 @@ def main():
                 t = LAYERS * (c + r)
                 cells.append(f"{tokens / t:,.0f} ({100 * r / (c + r):.0f}%)")
             print(f"| {ranks} | {1e3 * c:.3f} ms | {cells[0]} | {cells[1]} |")
-        print()
+        # The crossover: the fewest ranks at which the all-reduce takes as long as the compute.
+        notes = []
+        for name, ar in (("shared memory", shm), ("the network", net)):
+            cross = None
+            for ranks in range(2, 1025):
+                c, r = (decode_step_s(ranks, a.cores, bw_core, args[0], args[1], ar) if kind == "decode"
+                        else prefill_s(ranks, a.cores, gf_core, args[0], ar))
+                if r >= c:
+                    cross = ranks
+                    break
+            notes.append(f"over {name} at {cross} ranks" if cross else f"not within 1024 ranks over {name}")
+        print(f"All-reduce ≥ compute: {'; '.join(notes)}.\n")
     if any(tp.values()):
         print("**Checked against this machine's two-rank run** (layer/attend-tp2, one core per rank, against "
               "layer/attend on both cores: the model predicts equal times plus the all-reduce)\n")
