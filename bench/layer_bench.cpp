@@ -131,6 +131,26 @@ KVCache filled_cache(const LayerShape& s, const LayerData& d, DType dtype = DTyp
   return cache;
 }
 
+// The shape's causal layer (f32 weights) and its weights (X·W layout).
+MhaConfig layer_config(const LayerShape& s) {
+  MhaConfig cfg;
+  cfg.d_model = s.dm;
+  cfg.n_heads = s.hq;
+  cfg.n_kv_heads = s.hkv;
+  cfg.head_dim = s.hd;
+  cfg.causal = true;
+  return cfg;
+}
+MhaWeights layer_weights(const LayerData& d) {
+  MhaWeights w;
+  w.layout = WeightLayout::in_out;
+  w.q = d.wq.data();
+  w.k = d.wk.data();
+  w.v = d.wv.data();
+  w.o = d.wo.data();
+  return w;
+}
+
 // `act`: the activations' dtype (x and y); bf16 runs the attention with fpmath = bf16 too — the
 // whole layer as a bf16 model calls it.
 void bm_attend_layer(benchmark::State& state, const NamedLayer* nl, DType wdt, DType cache_dtype,
@@ -143,20 +163,9 @@ void bm_attend_layer(benchmark::State& state, const NamedLayer* nl, DType wdt, D
   void* y = act == DType::bf16 ? static_cast<void*>(y16.data()) : d.y.data();
   MhaOptions opt;
   if (act == DType::bf16) opt.fpmath = FpMath::bf16;
-  MhaConfig cfg;
-  cfg.d_model = s.dm;
-  cfg.n_heads = s.hq;
-  cfg.n_kv_heads = s.hkv;
-  cfg.head_dim = s.hd;
-  cfg.causal = true;
+  MhaConfig cfg = layer_config(s);
   cfg.weight_dtype = wdt;
-  MhaWeights w;
-  w.layout = WeightLayout::in_out;
-  w.q = d.wq.data();
-  w.k = d.wk.data();
-  w.v = d.wv.data();
-  w.o = d.wo.data();
-  const MultiHeadAttention layer(cfg, w);
+  const MultiHeadAttention layer(cfg, layer_weights(d));
   if (decode(s)) {
     KVCache cache = filled_cache(s, d, cache_dtype);
     std::vector<int64_t> seqs(static_cast<size_t>(s.B));
@@ -186,18 +195,8 @@ void bm_attend_tp2(benchmark::State& state, const NamedLayer* nl) {
   constexpr int kRanks = 2;
   LayerData& d = layer_data(*nl);
   const LayerShape& s = nl->s;
-  MhaConfig cfg;
-  cfg.d_model = s.dm;
-  cfg.n_heads = s.hq;
-  cfg.n_kv_heads = s.hkv;
-  cfg.head_dim = s.hd;
-  cfg.causal = true;
-  MhaWeights w;
-  w.layout = WeightLayout::in_out;
-  w.q = d.wq.data();
-  w.k = d.wk.data();
-  w.v = d.wv.data();
-  w.o = d.wo.data();
+  const MhaConfig cfg = layer_config(s);
+  const MhaWeights w = layer_weights(d);
   std::vector<MultiHeadAttention> layers;
   std::vector<std::unique_ptr<Context>> contexts;
   std::vector<KVCache> caches;
