@@ -215,6 +215,13 @@ struct CommonOptions {
   }
 };
 
+// The keyword options every attention entry point takes, as passed from Python.
+CommonOptions common_options(int64_t window, double softcap, const py::object& sinks, const py::object& slopes,
+                             int num_threads, const std::string& fpmath, const std::string& isa) {
+  return CommonOptions{
+      window, static_cast<float>(softcap), float_vector(sinks), float_vector(slopes), num_threads, fpmath, isa};
+}
+
 py::object sdpa(const py::object& query, const py::object& key, const py::object& value, const py::object& attn_mask,
                 double dropout_p, bool is_causal, std::optional<double> scale, bool enable_gqa, int64_t window,
                 double softcap, const py::object& sinks, const py::object& alibi_slopes,
@@ -268,15 +275,7 @@ py::object sdpa(const py::object& query, const py::object& key, const py::object
     // gives scores that round to 0 (exactly what 0 would).
     opt.scale = *scale == 0.0 ? std::numeric_limits<float>::denorm_min() : static_cast<float>(*scale);
   }
-  CommonOptions co;
-  co.window = window;
-  co.softcap = static_cast<float>(softcap);
-  co.sinks = float_vector(sinks);
-  co.slopes = float_vector(alibi_slopes);
-  co.num_threads = num_threads;
-  co.fpmath = fpmath;
-  co.isa = isa;
-  co.apply(opt);
+  common_options(window, softcap, sinks, alibi_slopes, num_threads, fpmath, isa).apply(opt);
 
   std::vector<int64_t> out_shape(q.shape.begin(), q.shape.end() - 1);
   out_shape.push_back(Ev);
@@ -645,9 +644,8 @@ A row whose keys are all masked returns zeros (torch returns NaN there).)");
       [](const py::object& q, const py::object& k, const py::object& v, attend::KVCache& cache,
          const std::vector<int64_t>& seqs, int64_t window, double softcap, const py::object& sinks,
          const py::object& slopes, int num_threads, const std::string& fpmath, const std::string& isa) {
-        CommonOptions co{
-            window, static_cast<float>(softcap), float_vector(sinks), float_vector(slopes), num_threads, fpmath, isa};
-        return cached_attention(q, k, v, cache, seqs, co);
+        return cached_attention(q, k, v, cache, seqs,
+                                common_options(window, softcap, sinks, slopes, num_threads, fpmath, isa));
       },
       py::arg("query"), py::arg("k_new"), py::arg("v_new"), py::arg("cache"), py::arg("seqs"), py::kw_only(),
       py::arg("window") = 0, py::arg("softcap") = 0.0, py::arg("sinks") = py::none(),
@@ -659,9 +657,8 @@ A row whose keys are all masked returns zeros (torch returns NaN there).)");
       [](const py::object& q, const py::object& k, const py::object& v, attend::PagedKVCache& cache,
          const py::sequence& chunks, int64_t window, double softcap, const py::object& sinks, const py::object& slopes,
          int num_threads, const std::string& fpmath, const std::string& isa) {
-        CommonOptions co{
-            window, static_cast<float>(softcap), float_vector(sinks), float_vector(slopes), num_threads, fpmath, isa};
-        return paged_attention(q, k, v, cache, chunks, co);
+        return paged_attention(q, k, v, cache, chunks,
+                               common_options(window, softcap, sinks, slopes, num_threads, fpmath, isa));
       },
       py::arg("query"), py::arg("k_new"), py::arg("v_new"), py::arg("cache"), py::arg("chunks"), py::kw_only(),
       py::arg("window") = 0, py::arg("softcap") = 0.0, py::arg("sinks") = py::none(),
