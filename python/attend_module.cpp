@@ -275,7 +275,9 @@ py::object sdpa(const py::object& query, const py::object& key, const py::object
     // gives scores that round to 0 (exactly what 0 would).
     opt.scale = *scale == 0.0 ? std::numeric_limits<float>::denorm_min() : static_cast<float>(*scale);
   }
-  common_options(window, softcap, sinks, alibi_slopes, num_threads, fpmath, isa).apply(opt);
+  // (opt's sinks and slopes are views of co's vectors: co lives as long as the calls.)
+  const CommonOptions co = common_options(window, softcap, sinks, alibi_slopes, num_threads, fpmath, isa);
+  co.apply(opt);
 
   std::vector<int64_t> out_shape(q.shape.begin(), q.shape.end() - 1);
   out_shape.push_back(Ev);
