@@ -14,14 +14,27 @@ enum class WeightType { f32, bf16 };
 /// patterns.
 enum class ActType { f32, bf16, f16 };
 
+/// Paths a Linear takes on its own only on some CPUs, forced (tests run them on every machine).
+struct LinearForce {
+  bool tiled = false;         ///< fixed tiles, one thread each (automatic where oneDNN has no brgemm matmul)
+  bool widened_bf16 = false;  ///< bf16 weights held as f32 values (automatic without a bf16 matmul)
+};
+
 /// y[m, out] = x[m, in] · W[in, out] + bias. W is copied at construction into the layout oneDNN's
 /// fastest kernel wants (prepacked once); primitives are created per row count m on first use and
 /// cached. Executing is thread-safe: every call brings its own scratchpad (from its context) and stream.
 class Linear {
  public:
   /// `w` is [out, in] row-major when `out_in` (PyTorch nn.Linear), else [in, out] (X·W).
-  /// `bias` (out floats) may be null. bf16 weights compute with bf16 inputs and f32 accumulation.
-  Linear(const float* w, bool out_in, int64_t in, int64_t out, const float* bias, WeightType type);
+  /// `bias` (out floats) may be null.
+  /// bf16 weights compute with bf16 inputs and f32 accumulation; where oneDNN has no bf16 matmul
+  /// (CPUs without AVX-512) they are held as their bf16 values in f32 and x is rounded to bf16
+  /// values, giving the same products (twice the weight memory). Where oneDNN's implementation may
+  /// split the reduction across threads (its gemm:jit, taken without AVX-512), run() cuts the
+  /// product into tiles sized by the shape alone, one thread each, so the bits never depend on the
+  /// thread count.
+  Linear(const float* w, bool out_in, int64_t in, int64_t out, const float* bias, WeightType type,
+         LinearForce force = {});
   ~Linear();
   Linear(Linear&&) noexcept;
   Linear& operator=(Linear&&) noexcept;

@@ -1,0 +1,183 @@
+// The projections' GEMM wrapper (runtime/gemm): every path a CPU may take — oneDNN's own
+// (brgemm with AVX-512), fixed tiles (automatic where oneDNN would split the reduction across
+// threads), bf16 weights natively or held as widened bf16 values (automatic without a bf16 matmul)
+// — forced on whatever machine runs the suite, against a double-precision reference over awkward
+// shapes, 16-bit activations, both weight layouts, with and without bias, and bitwise identical for
+// 1, 2, 3 and 16 threads.
+#include <gtest/gtest.h>
+
+#include <attend/attend.hpp>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "runtime/gemm/onednn_matmul.hpp"
+#include "runtime/numeric/convert.hpp"
+
+namespace attend::gemm {
+namespace {
+
+struct Shape {
+  int64_t m, in, out;
+};
+
+// Scratch as the layer's context gives it: 64-byte aligned.
+struct Scratch {
+  std::vector<float> storage;
+  float* get(size_t floats) {
+    storage.assign(floats + 16, 0.0f);
+    return storage.data() + (16 - reinterpret_cast<uintptr_t>(storage.data()) / 4 % 16) % 16;
+  }
+};
+
+float bf16_value(float x) { return numeric::from_bf16(numeric::to_bf16(x)); }
+
+struct Case {
+  LinearForce force;
+  WeightType type;
+  std::string name() const {
+    return std::string(type == WeightType::bf16 ? "bf16" : "f32") + (force.tiled ? " tiled" : "") +
+           (force.widened_bf16 ? " widened" : "");
+  }
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  for (bool tiled : {false, true}) {
+    c.push_back({{tiled, false}, WeightType::f32});
+    c.push_back({{tiled, false}, WeightType::bf16});
+    c.push_back({{tiled, true}, WeightType::bf16});
+  }
+  return c;
+}
+
+// y = x·W + b in double, W given [in, out] (or [out, in] when out_in); bf16 weights round x and W
+// to bf16 values first (the products are then exact in f32: only the accumulation order differs).
+std::vector<double> reference(const std::vector<float>& x, const std::vector<float>& w, bool out_in,
+                              const std::vector<float>* bias, const Shape& s, bool bf16) {
+  std::vector<double> y(static_cast<size_t>(s.m * s.out));
+  for (int64_t i = 0; i < s.m; ++i)
+    for (int64_t j = 0; j < s.out; ++j) {
+      double acc = bias ? (*bias)[static_cast<size_t>(j)] : 0.0;
+      for (int64_t k = 0; k < s.in; ++k) {
+        float a = x[static_cast<size_t>(i * s.in + k)];
+        float b = w[static_cast<size_t>(out_in ? j * s.in + k : k * s.out + j)];
+        if (bf16) a = bf16_value(a), b = bf16_value(b);
+        acc += static_cast<double>(a) * b;
+      }
+      y[static_cast<size_t>(i * s.out + j)] = acc;
+    }
+  return y;
+}
+
+TEST(Linear, EveryPathMatchesTheReference) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (const Shape s :
+       {Shape{1, 64, 48}, Shape{7, 17, 33}, Shape{17, 96, 1000}, Shape{300, 40, 130}, Shape{513, 64, 272}}) {
+    std::vector<float> x(static_cast<size_t>(s.m * s.in)), w(static_cast<size_t>(s.in * s.out)),
+        b(static_cast<size_t>(s.out));
+    for (auto* v : {&x, &w, &b})
+      for (float& e : *v) e = g(rng);
+    for (const Case& c : cases())
+      for (bool out_in : {false, true})
+        for (bool with_bias : {false, true}) {
+          SCOPED_TRACE(c.name() + " m " + std::to_string(s.m) + " in " + std::to_string(s.in) + " out " +
+                       std::to_string(s.out) + (out_in ? " out_in" : "") + (with_bias ? " bias" : ""));
+          const Linear lin(w.data(), out_in, s.in, s.out, with_bias ? b.data() : nullptr, c.type, c.force);
+          const auto want = reference(x, w, out_in, with_bias ? &b : nullptr, s, c.type == WeightType::bf16);
+          Scratch scratch;
+          std::vector<float> y(want.size(), -7.0f);
+          lin.run(x.data(), y.data(), s.m, 2, scratch.get(lin.scratch_floats(s.m)));
+          double worst = 0.0, scale = 1.0;
+          for (size_t i = 0; i < y.size(); ++i) {
+            worst = std::max(worst, std::abs(y[i] - want[i]));
+            scale = std::max(scale, std::abs(want[i]));
+          }
+          // f32 accumulation over `in` terms of size ~1 each.
+          EXPECT_LE(worst, 1e-6 * static_cast<double>(s.in) * scale) << lin.implementation(s.m);
+          if (c.force.tiled) {
+            EXPECT_NE(lin.implementation(s.m).find("fixed tiles"), std::string::npos);
+          }
+        }
+  }
+}
+
+TEST(Linear, BitsDoNotDependOnTheThreadCount) {
+  std::mt19937 rng(6);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (const Shape s : {Shape{1, 512, 1536}, Shape{3, 256, 384}, Shape{210, 256, 256}, Shape{600, 192, 200}}) {
+    std::vector<float> x(static_cast<size_t>(s.m * s.in)), w(static_cast<size_t>(s.in * s.out));
+    for (auto* v : {&x, &w})
+      for (float& e : *v) e = g(rng);
+    for (const Case& c : cases()) {
+      SCOPED_TRACE(c.name() + " m " + std::to_string(s.m));
+      const Linear lin(w.data(), false, s.in, s.out, nullptr, c.type, c.force);
+      Scratch scratch;
+      std::vector<float> one(static_cast<size_t>(s.m * s.out));
+      lin.run(x.data(), one.data(), s.m, 1, scratch.get(lin.scratch_floats(s.m)));
+      for (int threads : {2, 3, 16}) {
+        std::vector<float> other(one.size());
+        lin.run(x.data(), other.data(), s.m, threads, scratch.get(lin.scratch_floats(s.m)));
+        EXPECT_EQ(0, std::memcmp(one.data(), other.data(), sizeof(float) * one.size())) << threads << " threads";
+      }
+    }
+  }
+}
+
+// 16-bit x gives the bits of f32 x holding the same values; 16-bit y is the f32 y rounded.
+TEST(Linear, SixteenBitActivations) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  const Shape s{19, 80, 300};
+  std::vector<float> x(static_cast<size_t>(s.m * s.in)), w(static_cast<size_t>(s.in * s.out));
+  for (auto* v : {&x, &w})
+    for (float& e : *v) e = g(rng);
+  for (const Case& c : cases())
+    for (ActType xt : {ActType::bf16, ActType::f16}) {
+      SCOPED_TRACE(c.name() + (xt == ActType::bf16 ? " x bf16" : " x f16"));
+      const Linear lin(w.data(), false, s.in, s.out, nullptr, c.type, c.force);
+      std::vector<uint16_t> x16(x.size());
+      std::vector<float> xw(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        x16[i] = xt == ActType::bf16 ? numeric::to_bf16(x[i]) : numeric::to_f16(x[i]);
+        xw[i] = xt == ActType::bf16 ? numeric::from_bf16(x16[i]) : numeric::from_f16(x16[i]);
+      }
+      Scratch scratch;
+      std::vector<float> want(static_cast<size_t>(s.m * s.out)), got(want.size());
+      lin.run(xw.data(), want.data(), s.m, 2, scratch.get(lin.scratch_floats(s.m)));
+      lin.run(x16.data(), xt, got.data(), ActType::f32, s.m, 2, scratch.get(lin.scratch_floats(s.m, xt)));
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size()));
+      for (ActType yt : {ActType::bf16, ActType::f16}) {
+        std::vector<uint16_t> y16(want.size());
+        lin.run(x16.data(), xt, y16.data(), yt, s.m, 2, scratch.get(lin.scratch_floats(s.m, xt, yt)));
+        const double ulp = yt == ActType::bf16 ? 0x1p-8 : 0x1p-11;
+        int64_t bad = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+          const float v = yt == ActType::bf16 ? numeric::from_bf16(y16[i]) : numeric::from_f16(y16[i]);
+          if (!(std::abs(v - want[i]) <= ulp * std::max(std::abs(want[i]), yt == ActType::f16 ? 0x1p-14f : 0.0f)))
+            ++bad;
+        }
+        EXPECT_EQ(bad, 0) << (yt == ActType::bf16 ? "y bf16" : "y f16");
+      }
+    }
+}
+
+// Widened bf16 weights hold half the values' bits but twice the bytes; the native path is reported
+// as what it is.
+TEST(Linear, WeightBytesAndImplementation) {
+  std::vector<float> w(64 * 32, 0.5f);
+  const Linear f32(w.data(), false, 64, 32, nullptr, WeightType::f32);
+  const Linear widened(w.data(), false, 64, 32, nullptr, WeightType::bf16, {false, true});
+  EXPECT_GE(f32.weight_bytes(), 64u * 32u * 4u);
+  EXPECT_GE(widened.weight_bytes(), 64u * 32u * 4u);
+  EXPECT_NE(widened.implementation(8).find("bf16 values in f32"), std::string::npos) << widened.implementation(8);
+  EXPECT_EQ(f32.implementation(8).find("bf16 values in f32"), std::string::npos) << f32.implementation(8);
+  const Linear tiled(w.data(), false, 64, 32, nullptr, WeightType::bf16, {true, true});
+  EXPECT_NE(tiled.implementation(8).find("bf16 values in f32"), std::string::npos) << tiled.implementation(8);
+}
+
+}  // namespace
+}  // namespace attend::gemm
