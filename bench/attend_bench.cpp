@@ -255,7 +255,14 @@ void bm_onednn_bf16(benchmark::State& state, const NamedShape* ns) {
   Workload& w = workload(*ns);
   if (!w.error.empty()) return state.SkipWithError(w.error.c_str());
   const SdpaShape& s = ns->shape;
-  if (!w.onednn_bf16) w.onednn_bf16 = std::make_unique<OnednnSdpa>(s, true);
+  if (!w.onednn_bf16) {
+    try {
+      w.onednn_bf16 = std::make_unique<OnednnSdpa>(s, true);
+    } catch (const std::exception& e) {  // oneDNN 2.6 has bf16 matmuls only with AVX-512
+      return state.SkipWithError(
+          ("oneDNN cannot run bf16 matmuls on this CPU (oneDNN isa " + onednn_isa() + "): " + e.what()).c_str());
+    }
+  }
   w.onednn_bf16->run(w.q.data(), w.k.data(), w.v.data(), w.o.data());
   if (double e = sampled_error(s, w, w.o); e > 1e-2)
     return state.SkipWithError(("onednn bf16 differs from the reference by " + std::to_string(e)).c_str());

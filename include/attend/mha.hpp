@@ -41,7 +41,8 @@ struct MhaConfig {
   double rope_theta = 10000.0;
   /// Storage of the projection weights: f32, or bf16 (bf16 × bf16 products accumulated in f32:
   /// activations are rounded to bf16 at the projection inputs, halving the weight bytes decode
-  /// reads). f16 weights are not supported.
+  /// reads). f16 weights are not supported. On a CPU without AVX-512, where oneDNN has no bf16
+  /// matmul, bf16 weights are held as their bf16 values in f32 (same products, f32 memory).
   DType weight_dtype = DType::f32;
   /// Keep Q and K/V projections separate instead of fused into one GEMM. Set it for a layer used
   /// for cross-attention, whose Q and K/V come from different sequences; self-attention calls
