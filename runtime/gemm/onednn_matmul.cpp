@@ -164,7 +164,7 @@ struct Linear::Impl {
   }
 
   // The matmul of m rows by n of the weights' columns (every column: n = out), weights laid out as
-  // `wmd` (tiled: a column block of the plain [in, out] weights, row stride out).
+  // `wmd` (tiled: a block of the plain [in, out] weights, row stride ldw()).
   // `depth` of the `in` reduction terms (a reduction block: no bias), x rows of stride in.
   dnnl::matmul::primitive_desc describe(int64_t m, int64_t n, const memory::desc& wmd, dt dst_type,
                                         int64_t depth = 0) const {
@@ -231,17 +231,28 @@ void Linear::Impl::run_tiles(const void* src, void* dst, dt dst_type, int64_t m,
 #pragma omp parallel num_threads(team)
 #endif
   {
+    // Every thread meets every worksharing loop, whatever fails: errors are kept, not thrown here.
+    const auto keep = [&] {
+      std::lock_guard lock(failure_mutex);
+      if (!failure) failure = std::current_exception();
+    };
+    std::optional<dnnl::stream> strm;
     try {
 #if defined(ATTEND_HAVE_OPENMP)
       // oneDNN sizes its parallel regions from this thread's OpenMP thread count (a team of one
       // is not nested parallelism to it): each tile runs on the one thread that takes it.
       omp_set_num_threads(1);
 #endif
-      dnnl::stream strm(eng);
+      strm.emplace(eng);
+    } catch (...) {
+      keep();
+    }
 #if defined(ATTEND_HAVE_OPENMP)
 #pragma omp for schedule(dynamic, 1)
 #endif
-      for (int64_t n = 0; n < tiles; ++n) {
+    for (int64_t n = 0; n < tiles; ++n) {
+      if (!strm) continue;
+      try {
         const int64_t kb = n % t.k_tiles, j = n / t.k_tiles % t.col_tiles, i = n / t.k_tiles / t.col_tiles;
         const bool last_row = t.row_tiles > 1 && i == t.row_tiles - 1;
         const bool last_col = t.col_tiles > 1 && j == t.col_tiles - 1;
@@ -262,30 +273,30 @@ void Linear::Impl::run_tiles(const void* src, void* dst, dt dst_type, int64_t m,
         if (has_bias && !split)
           args.emplace(DNNL_ARG_BIAS,
                        memory(memory::desc({1, cols}, dt::f32, {out, 1}), eng, const_cast<float*>(b) + j * t.cols));
-        e.prim.execute(strm, args);
+        e.prim.execute(*strm, args);
+        strm->wait();
+      } catch (...) {
+        keep();
       }
-      strm.wait();
-      if (split) {  // y = ((p0 + p1) + p2) ... + bias, element by element in that order
-        const int64_t chunk = 256, chunks = (m * out + chunk - 1) / chunk;
+    }
+    // (The loop's barrier: every partial sum is written.)
+    if (split) {  // y = ((p0 + p1) + p2) ... + bias, element by element in that order
+      const int64_t chunk = 256, chunks = (m * out + chunk - 1) / chunk;
 #if defined(ATTEND_HAVE_OPENMP)
 #pragma omp for schedule(static)
 #endif
-        for (int64_t c = 0; c < chunks; ++c) {
-          const int64_t e0 = c * chunk, e1 = std::min(m * out, e0 + chunk);
-          for (int64_t e = e0; e < e1; ++e) {
-            float acc = partial[e];
-            for (int64_t kb = 1; kb < t.k_tiles; ++kb) acc += partial[kb * m * out + e];
-            if (b) acc += b[e % out];
-            if (dst_type == dt::bf16)
-              static_cast<uint16_t*>(dst)[e] = numeric::to_bf16(acc);
-            else
-              static_cast<float*>(dst)[e] = acc;
-          }
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t e0 = c * chunk, e1 = std::min(m * out, e0 + chunk);
+        for (int64_t e = e0; e < e1; ++e) {
+          float acc = partial[e];
+          for (int64_t kb = 1; kb < t.k_tiles; ++kb) acc += partial[kb * m * out + e];
+          if (b) acc += b[e % out];
+          if (dst_type == dt::bf16)
+            static_cast<uint16_t*>(dst)[e] = numeric::to_bf16(acc);
+          else
+            static_cast<float*>(dst)[e] = acc;
         }
       }
-    } catch (...) {
-      std::lock_guard lock(failure_mutex);
-      if (!failure) failure = std::current_exception();
     }
   }
   if (failure) std::rethrow_exception(failure);
