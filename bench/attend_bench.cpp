@@ -512,7 +512,8 @@ int main(int argc, char** argv) {
                               "except layer/attend-bf16 (bf16 cache)");
   benchmark::AddCustomContext("layer_weights",
                               "layer/attend, layer/onednn: f32; layer/attend-bf16w, layer/attend-bf16: bf16 weights "
-                              "(oneDNN bf16 matmul, f32 accumulation)");
+                              "(oneDNN bf16 matmul, f32 accumulation; where oneDNN has none, i.e. without "
+                              "AVX-512: bf16 values held in f32, same products)");
 
   register_sdpa_benchmarks();
   register_cache_benchmarks();

@@ -223,7 +223,7 @@ void Linear::Impl::run_tiles(const void* src, void* dst, dt dst_type, int64_t m,
         entries[r][c][k] = primitive(rows, cols, tile_dst, depth);
       }
   const dnnl::engine& eng = cpu_engine();
-  const int team = static_cast<int>(std::min<int64_t>(tiles, threads > 0 ? threads : max_threads()));
+  [[maybe_unused]] const int team = static_cast<int>(std::min<int64_t>(tiles, threads > 0 ? threads : max_threads()));
   const float* b = has_bias ? static_cast<const float*>(bias.get_data_handle()) : nullptr;
   std::exception_ptr failure;
   std::mutex failure_mutex;
