@@ -328,11 +328,8 @@ Linear::Linear(const float* w, bool out_in, int64_t in, int64_t out, const float
     std::vector<float> rounded;
     const float* src = w;
     if (s.widened_bf16) {
-      const size_t n = static_cast<size_t>(in * out);
-      rounded.resize(n);
-      std::vector<uint16_t> half(n);
-      to_bf16(w, half.data(), in * out);
-      to_f32(half.data(), ActType::bf16, rounded.data(), in * out);
+      rounded.assign(w, w + in * out);
+      for (float& v : rounded) v = numeric::from_bf16(numeric::to_bf16(v));
       src = rounded.data();
     }
     memory::desc user_md({in, out}, dt::f32, out_in ? memory::dims{1, in} : memory::dims{out, 1});
@@ -407,21 +404,10 @@ void Linear::run(const void* x, ActType xt, void* y, ActType yt, int64_t m, int 
   void* src_ptr = const_cast<void*>(x);
   if (s.converts(xt)) {  // (bf16 x into bf16 weights, f32 into f32: read as they are)
     src_ptr = rest;
-    if (s.widened_bf16) {  // rounded to bf16 values, held as f32
-      uint16_t* half = reinterpret_cast<uint16_t*>(rest);
-      if (xt == ActType::bf16) {
-        to_f32(x, xt, rest, m * s.in);
-      } else if (xt == ActType::f16) {
-        to_f32(x, xt, rest, m * s.in);
-        for (int64_t i = 0; i < m * s.in; ++i) rest[i] = numeric::from_bf16(numeric::to_bf16(rest[i]));
-      } else {
-        // In place from the back: the bf16 pattern of element i is read before float i is written.
-        to_bf16(static_cast<const float*>(x), half, m * s.in);
-        for (int64_t i = m * s.in - 1; i >= 0; --i) rest[i] = numeric::from_bf16(half[i]);
-      }
-      rest += round_up16(static_cast<size_t>(m * s.in));
-    } else if (s.src_act() == ActType::f32) {
+    if (s.src_act() == ActType::f32) {  // (widened bf16 weights: x rounded to bf16 values too)
       to_f32(x, xt, rest, m * s.in);
+      if (s.widened_bf16 && xt != ActType::bf16)
+        for (int64_t i = 0; i < m * s.in; ++i) rest[i] = numeric::from_bf16(numeric::to_bf16(rest[i]));
       rest += round_up16(static_cast<size_t>(m * s.in));
     } else if (xt == ActType::f32) {
       to_bf16(static_cast<const float*>(x), static_cast<uint16_t*>(src_ptr), m * s.in);
