@@ -224,13 +224,15 @@ void values_to_f32_panel(const KvSource<E>& src, int64_t j0, int64_t keys, int64
 
 // P·V over keys [j0, j0 + nk) with V read in place, one pv_block per run: the first run rescales O
 // by alpha, the rest by `ones` (exact), so a tile split by pages gives the bits of one contiguous
-// call. pf_end > 0: V rows up to key j0 + pf_end exist and are prefetched (within each run).
+// call. pf_end > 0 (decode): V rows up to key j0 + pf_end exist and are prefetched (within each
+// run), and runs are cut into pv_sub_keys sub-tiles (the same sums in the same order: same bits).
 template <class Arch, class E>
 void pv_runs(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alpha, const float* ones, const float* p,
              int64_t p_row_stride, int64_t p_key_stride, int64_t j0, int64_t nk, int64_t rows, int64_t value_vectors,
              bool masked, int64_t pf_end) {
+  const int64_t sub = pf_end > 0 ? pv_sub_keys<Arch, E>(value_vectors) : nk;
   for (int64_t j = 0; j < nk;) {
-    const int64_t n = src.run(j0 + j, nk - j);
+    const int64_t n = min64(sub, src.run(j0 + j, nk - j));
     const int64_t pf = pf_end > 0 ? src.run(j0 + j, pf_end - j) : 0;
     pv_block<Arch>(oacc, ldo, j == 0 ? alpha : ones, p + j * p_key_stride, p_row_stride, p_key_stride,
                    src.value(j0 + j), src.v_row_stride, rows, value_vectors, n, masked, pf);

@@ -24,6 +24,9 @@ struct Tiles {
   /// (decode) is one block instead of 3 + 1 (Zen 3, AVX2, L3-resident decode: 30 → 24–28 ns per
   /// kv head and key for f32 K/V, 31 → 25 i8, 26 → 21 bf16; prefill unchanged).
   static constexpr int kPvRows = kManyRegs ? 6 : 4;
+  /// Decode's P·V sub-tile (pv_sub_keys), in bytes of V: 16 KB, half of a 32 KB L1, leaves room
+  /// for the next sub-tile's lines as they arrive. 0 (32 registers): a tile's keys in one run.
+  static constexpr int64_t kPvSubTileBytes = kManyRegs ? 0 : 16384;
   static constexpr int kNarrowMaxRows = W / 2 > 1 ? W / 2 : 1;
   static constexpr int kNarrowBlockKeys = 256;
   static_assert(kBlockKeys % kScoreKeys == 0, "a wide tile is a whole number of score calls");

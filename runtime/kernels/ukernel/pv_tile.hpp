@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <utility>
 
 #include "../simd/convert.hpp"
@@ -24,8 +25,9 @@ struct PvArgs {
   const void* v;  // elements of the kernel's T
   int64_t ldv;
   int64_t keys;
-  // Optional software prefetch (decode): while key j is accumulated, the first `pf_bytes` of V row
-  // j + pf_keys are requested, for rows below `pf_limit` (rows past `v` that exist). 0 = none.
+  // Optional software prefetch (decode): while key j is accumulated, the lines starting within the
+  // first `pf_bytes` of V row j + pf_keys (from this call's column offset) are requested, for rows
+  // below `pf_limit` (rows past `v` that exist). 0 = none.
   int64_t pf_keys = 0, pf_limit = 0, pf_bytes = 0;
 };
 
@@ -68,8 +70,11 @@ void pv_tile(const PvArgs& a) {
   const float* p = a.p;
   for (int64_t j = 0; j < a.keys; ++j, v += a.ldv, p += a.p_key_stride) {
     if (a.pf_bytes && j + a.pf_keys < a.pf_limit) {
-      const char* next = reinterpret_cast<const char*>(v + a.pf_keys * a.ldv);
-      for (int64_t o = 0; o < a.pf_bytes; o += 64) __builtin_prefetch(next + o, 0, 3);
+      // The lines that start inside [at, at + pf_bytes): when the passes cover a row's columns in
+      // slices, each line is requested once, by the pass whose slice holds its first byte.
+      const uintptr_t at = reinterpret_cast<uintptr_t>(v + a.pf_keys * a.ldv);
+      for (uintptr_t line = (at + 63) & ~uintptr_t{63}; line < at + a.pf_bytes; line += 64)
+        __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
     }
     B vv[NV];
     ATTEND_UNROLL
@@ -113,6 +118,18 @@ inline void pv_dispatch(int r, int nv, bool masked, const PvArgs& a) {
 // on D1 (the extra requests, with 8 FMAs per 512-byte row to hide them), so it does not prefetch.
 constexpr int64_t kVPrefetchBytes = 4096;
 
+// Decode's P·V on 16-register targets runs in sub-tiles of at most Tiles::kPvSubTileBytes of V (a
+// whole number of key blocks, at least one): all of a sub-tile's column passes before the next, so
+// the later passes read V from L1, and every pass requests its own columns of the next sub-tile.
+// Other targets take a tile's keys in one run (unlimited).
+template <class Arch, class E>
+int64_t pv_sub_keys(int64_t value_vectors) {
+  constexpr int64_t kBytes = Tiles<Arch>::kPvSubTileBytes;
+  if (kBytes == 0) return INT64_MAX;
+  const int64_t row_bytes = value_vectors * Tiles<Arch>::W * static_cast<int64_t>(sizeof(E));
+  return max64(kKeyBlock, kBytes / row_bytes / kKeyBlock * kKeyBlock);
+}
+
 // O[rows][Dvp] = alpha·O + P·V over one key tile, split into register blocks. V holds elements of E.
 // `pf_limit` > 0 turns on V prefetching (see kVPrefetchBytes): rows [0, pf_limit) from `v` exist.
 template <class Arch, class E>
@@ -137,7 +154,13 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
                v + c * W,
                ldv,
                keys};
-      if (pf_limit > 0 && r0 == 0 && c == 0) {  // the first pass over the keys fetches whole rows
+      if (pf_limit > 0 && T::kPvSubTileBytes > 0 && r0 == 0) {
+        // Sub-tiled decode (pv_sub_keys): each pass fetches its columns one sub-tile ahead.
+        a.pf_keys = keys;
+        a.pf_limit = pf_limit;
+        a.pf_bytes = nv * W * static_cast<int64_t>(sizeof(E));
+      } else if (pf_limit > 0 && T::kPvSubTileBytes == 0 && r0 == 0 && c == 0) {
+        // The first pass over the keys fetches whole rows kVPrefetchBytes ahead.
         a.pf_keys = pf_keys;
         a.pf_limit = pf_limit;
         a.pf_bytes = row_bytes;
