@@ -116,12 +116,19 @@ inline void pv_dispatch(int r, int nv, bool masked, const PvArgs& a) {
 // bytes, in one process: +5–10 points of stream for bf16/f16 and for f32 with several rows (GQA),
 // sdpa and cache alike; 1–2 KB ahead were worse, 8 KB no better. One f32 row (MHA) lost 2–5 points
 // on D1 (the extra requests, with 8 FMAs per 512-byte row to hide them), so it does not prefetch.
+// (Targets with 32 registers; decode on 16-register targets is sub-tiled, see pv_sub_keys.)
 constexpr int64_t kVPrefetchBytes = 4096;
 
 // Decode's P·V on 16-register targets runs in sub-tiles of at most Tiles::kPvSubTileBytes of V (a
 // whole number of key blocks, at least one): all of a sub-tile's column passes before the next, so
-// the later passes read V from L1, and every pass requests its own columns of the next sub-tile.
-// Other targets take a tile's keys in one run (unlimited).
+// the later passes read V from L1, and every pass requests its own columns of the next sub-tile
+// (within a run: a paged cache's next page is left to the hardware; requesting it as well showed
+// no gain on the serve trace). With four rows of a GQA group and D 128 that is six passes of 3
+// vectors; a 256-key tile's V is 128 KB in f32, so unsplit the later passes read it from L2.
+// Zen 3 (AVX2), A/B against the unsplit tile, paired shares of a read, three rounds: sdpa D2/D3
+// 66–71 → 69–79%, f32 cache D2/D3 63–71 → 67–77%, bf16 cache 45–56 → 49–62%, i8 and MHA (D1/D4)
+// unchanged (docs/performance.md, session 14). Other targets take a tile's keys in one run
+// (unlimited): not measured there.
 template <class Arch, class E>
 int64_t pv_sub_keys(int64_t value_vectors) {
   constexpr int64_t kBytes = Tiles<Arch>::kPvSubTileBytes;
