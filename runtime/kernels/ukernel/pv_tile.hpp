@@ -138,7 +138,9 @@ int64_t pv_sub_keys(int64_t value_vectors) {
 }
 
 // O[rows][Dvp] = alpha·O + P·V over one key tile, split into register blocks. V holds elements of E.
-// `pf_limit` > 0 turns on V prefetching (see kVPrefetchBytes): rows [0, pf_limit) from `v` exist.
+// `pf_limit` > 0 turns on V prefetching: rows [0, pf_limit) from `v` exist. 16 registers (a
+// pv_sub_keys sub-tile): every pass requests its own columns of the next sub-tile; 32 registers:
+// the first pass requests whole rows kVPrefetchBytes ahead.
 template <class Arch, class E>
 void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int64_t p_row_stride, int64_t p_key_stride,
               const E* v, int64_t ldv, int64_t rows, int64_t value_vectors, int64_t keys, bool masked,
