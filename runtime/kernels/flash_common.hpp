@@ -185,7 +185,37 @@ void scale_by_keys(float* s, int64_t lds, int64_t rows, const KvSource<E>& src, 
   }
 }
 
-// to_f32_panel for keys [j0, j0 + keys) of a blocked K.
+// A blocked K's keys [j0, j0 + keys) as f32 blocks for the score microkernel (ScoreArgs::kstep =
+// kKeyBlock): every kKeyBlock-key block from the one holding j0 on, widened ([D][kKeyBlock], an i8
+// block times its keys' scales; no transpose), one block every depth·kKeyBlock floats at `panel`
+// (64-byte aligned). Key j0 + j is then at blocked_panel_key(panel, depth, j0, j).
+template <class Arch, class E>
+void widen_key_blocks(const KvSource<E>& src, int64_t j0, int64_t keys, float* panel) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  static_assert(kKeyBlock % W == 0, "a block's row is whole vectors");
+  constexpr int NV = kKeyBlock / W;
+  const int64_t n = src.depth * kKeyBlock;
+  for (int64_t b = j0 - j0 % kKeyBlock; b < j0 + keys; b += kKeyBlock, panel += n) {
+    const E* in = src.key_block(b);
+    if constexpr (KvSource<E>::kScaled) {
+      const float* sc = src.k_scale + src.scale_index(b);  // a block lies within one page
+      B s[NV];
+      for (int i = 0; i < NV; ++i) s[i] = B::load_unaligned(sc + i * W);
+      for (int64_t d = 0; d < n; d += kKeyBlock)
+        for (int i = 0; i < NV; ++i) (load_float<Arch>(in + d + i * W) * s[i]).store_aligned(panel + d + i * W);
+    } else {
+      for (int64_t d = 0; d < n; d += W) load_float<Arch>(in + d).store_aligned(panel + d);
+    }
+  }
+}
+inline const float* blocked_panel_key(const float* panel, int64_t depth, int64_t j0, int64_t j) {
+  const int64_t at = j0 % kKeyBlock + j;
+  return panel + at / kKeyBlock * depth * kKeyBlock + at % kKeyBlock;
+}
+
+// to_f32_panel for keys [j0, j0 + keys) of a blocked K, transposed into rows (the bf16-math path,
+// which rounds rows to bf16 pairs).
 template <class E>
 void blocked_to_f32_panel(const KvSource<E>& src, int64_t j0, int64_t keys, int64_t ldp, float* panel) {
   const int64_t depth = src.depth;
@@ -263,7 +293,7 @@ Layout make_layout(int64_t head_dim, int64_t value_dim, int64_t rows) {
   s.qt = take(dp * rows_p);
   s.st = take(keys * rows_p);
   s.oacc = take(rows_p * dvp);
-  s.kpanel = take(T::kBlockKeys * dp);
+  s.kpanel = take((T::kBlockKeys + kKeyBlock) * dp);  // rows, or the blocks a tile touches
   s.vpanel = take(keys * dvp);
   s.m = take(rows_p);
   s.l = take(rows_p);

@@ -122,7 +122,8 @@ bool close(double got, double want, double magnitude, double tol = 4e-6) {
 
 // ---------------------------------------------------------------------------------------------
 // score_tile: Sᵀ[keys][rows] = K·Qᵀ over a wide tile, walked as flash_wide walks it (kScoreKeys keys
-// per call, ceil(rows / W) row vectors), with the fused column max.
+// per call, ceil(rows / W) row vectors), with the fused column max; K in rows and, as a cache holds
+// it, blocked ([D][kKeyBlock] per kKeyBlock keys, read with kstep = kKeyBlock).
 template <class Arch>
 void score_cases(UkernelReport& r) {
   using T = Tiles<Arch>;
@@ -134,47 +135,55 @@ void score_cases(UkernelReport& r) {
   keys_all.add(T::kBlockRows, 1, T::kBlockKeys);
   const Sizes depths = boundary(W, 1, 4 * W + 3);
   Lcg rng{1};
-  for (int ik = 0; ik < keys_all.n; ++ik)
-    for (int ir = 0; ir < rows.n; ++ir)
-      for (int id = 0; id < depths.n; ++id) {
-        const int64_t nk = keys_all.v[ik], nr = rows.v[ir], depth = depths.v[id];
-        const int64_t ldr = round_up(nr, W);
-        const int nv = static_cast<int>(ldr / W);
-        Buf<float> k(nk * depth), qt(depth * ldr), st(nk * ldr), colmax(ldr);
-        for (int64_t i = 0; i < nk * depth; ++i) k[i] = rng.uniform();
-        for (int64_t d = 0; d < depth; ++d)
-          for (int64_t c = 0; c < nr; ++c) qt[d * ldr + c] = rng.uniform();
-        for (int64_t c = 0; c < ldr; ++c) colmax[c] = kNegInf;
-        const float* krow[kMaxScoreR];
-        for (int64_t j = 0; j < nk; j += T::kScoreKeys) {
-          const int R = static_cast<int>(min64(T::kScoreKeys, nk - j));
-          for (int i = 0; i < R; ++i) krow[i] = k.p + (j + i) * depth;
-          ScoreArgs a{krow, qt.p, ldr, depth, st.p + j * ldr, ldr, colmax.p};
-          score_dispatch<Arch>(R, nv, a);
-        }
-        ++r.cases;
-        for (int64_t c = 0; c < nr; ++c) {
-          double mx = -INFINITY;
-          for (int64_t j = 0; j < nk; ++j) {
-            double want = 0.0, mag = 0.0;
-            for (int64_t d = 0; d < depth; ++d) {
-              want += static_cast<double>(k[j * depth + d]) * qt[d * ldr + c];
-              mag += std::fabs(static_cast<double>(k[j * depth + d]) * qt[d * ldr + c]);
+  for (int blocked = 0; blocked < 2; ++blocked)
+    for (int ik = 0; ik < keys_all.n; ++ik)
+      for (int ir = 0; ir < rows.n; ++ir)
+        for (int id = 0; id < depths.n; ++id) {
+          const int64_t nk = keys_all.v[ik], nr = rows.v[ir], depth = depths.v[id];
+          const int64_t ldr = round_up(nr, W);
+          const int nv = static_cast<int>(ldr / W);
+          const int64_t kstep = blocked ? kKeyBlock : 1;
+          // Key j's element d.
+          auto kat = [&](int64_t j, int64_t d) {
+            return blocked ? (j / kKeyBlock * depth + d) * kKeyBlock + j % kKeyBlock : j * depth + d;
+          };
+          Buf<float> k(round_up(nk, kKeyBlock) * depth), qt(depth * ldr), st(nk * ldr), colmax(ldr);
+          for (int64_t i = 0; i < round_up(nk, kKeyBlock) * depth; ++i) k[i] = rng.uniform();
+          for (int64_t d = 0; d < depth; ++d)
+            for (int64_t c = 0; c < nr; ++c) qt[d * ldr + c] = rng.uniform();
+          for (int64_t c = 0; c < ldr; ++c) colmax[c] = kNegInf;
+          const float* krow[kMaxScoreR];
+          for (int64_t j = 0; j < nk; j += T::kScoreKeys) {
+            const int R = static_cast<int>(min64(T::kScoreKeys, nk - j));
+            for (int i = 0; i < R; ++i) krow[i] = k.p + kat(j + i, 0);
+            ScoreArgs a{krow, qt.p, ldr, depth, st.p + j * ldr, ldr, colmax.p};
+            a.kstep = kstep;
+            score_dispatch<Arch>(R, nv, a);
+          }
+          ++r.cases;
+          for (int64_t c = 0; c < nr; ++c) {
+            double mx = -INFINITY;
+            for (int64_t j = 0; j < nk; ++j) {
+              double want = 0.0, mag = 0.0;
+              for (int64_t d = 0; d < depth; ++d) {
+                want += static_cast<double>(k[kat(j, d)]) * qt[d * ldr + c];
+                mag += std::fabs(static_cast<double>(k[kat(j, d)]) * qt[d * ldr + c]);
+              }
+              mx = mx > st[j * ldr + c] ? mx : st[j * ldr + c];
+              if (!close(st[j * ldr + c], want, mag)) {
+                r.fail("score_tile keys=%lld rows=%lld depth=%lld kstep=%lld: S[%lld][%lld] = %g, want %g",
+                       (long long)nk, (long long)nr, (long long)depth, (long long)kstep, (long long)j, (long long)c,
+                       st[j * ldr + c], want);
+                return;
+              }
             }
-            mx = mx > st[j * ldr + c] ? mx : st[j * ldr + c];
-            if (!close(st[j * ldr + c], want, mag)) {
-              r.fail("score_tile keys=%lld rows=%lld depth=%lld: S[%lld][%lld] = %g, want %g", (long long)nk,
-                     (long long)nr, (long long)depth, (long long)j, (long long)c, st[j * ldr + c], want);
+            if (colmax[c] != static_cast<float>(mx)) {
+              r.fail("score_tile keys=%lld rows=%lld depth=%lld: column max of row %lld = %g, want %g", (long long)nk,
+                     (long long)nr, (long long)depth, (long long)c, colmax[c], mx);
               return;
             }
           }
-          if (colmax[c] != static_cast<float>(mx)) {
-            r.fail("score_tile keys=%lld rows=%lld depth=%lld: column max of row %lld = %g, want %g", (long long)nk,
-                   (long long)nr, (long long)depth, (long long)c, colmax[c], mx);
-            return;
-          }
         }
-      }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -11,8 +11,9 @@
 
 namespace attend::kernels {
 namespace {
-// Sᵀ[R keys][NV·W rows] = K[R keys]·Qᵀ panel. `krow[r]` points at key r's D values (read in place,
-// broadcast one element at a time); the panel holds Q transposed, `ldq` floats per d.
+// Sᵀ[R keys][NV·W rows] = K[R keys]·Qᵀ panel. `krow[r]` points at key r's D values, `kstep` floats
+// apart (1: a row; kKeyBlock: a blocked K, read in place), broadcast one element at a time; the
+// panel holds Q transposed, `ldq` floats per d.
 struct ScoreArgs {
   const float* const* krow;
   const float* qt;
@@ -28,6 +29,7 @@ struct ScoreArgs {
   const float* slope = nullptr;
   const float* pos = nullptr;
   float key0 = 0.0f;
+  int64_t kstep = 1;
 };
 
 template <class Arch, int R, int NV>
@@ -42,13 +44,14 @@ void score_tile(const ScoreArgs& a) {
   ATTEND_UNROLL
   for (int r = 0; r < R; ++r) kr[r] = a.krow[r];
   const float* qt = a.qt;
-  for (int64_t d = 0; d < a.depth; ++d, qt += a.ldq) {
+  const int64_t kstep = a.kstep;
+  for (int64_t d = 0, kd = 0; d < a.depth; ++d, kd += kstep, qt += a.ldq) {
     B q[NV];
     ATTEND_UNROLL
     for (int n = 0; n < NV; ++n) q[n] = B::load_aligned(qt + n * W);
     ATTEND_UNROLL
     for (int r = 0; r < R; ++r) {
-      const B kb(kr[r][d]);
+      const B kb(kr[r][kd]);
       ATTEND_UNROLL
       for (int n = 0; n < NV; ++n) acc[r][n] = xsimd::fma(kb, q[n], acc[r][n]);
     }
