@@ -175,6 +175,9 @@ void flash_wide(const FlashWork& w, float* scratch) {
       l[r] = 0.0f;
     }
   }
+  // With a softcap the f32 score microkernel takes Q·Kᵀ already divided by the cap (ScoreArgs::
+  // softcap): the division rides on Q's scale, one multiply per score fewer.
+  const float q_scale = !kBf16Math && w.softcap > 0.0f ? w.scale / w.softcap : w.scale;
   for (int64_t r0 = 0; r0 < ldr; r0 += W) {
     const float* src[W];
     for (int i = 0; i < W; ++i) {
@@ -188,7 +191,7 @@ void flash_wide(const FlashWork& w, float* scratch) {
         src[i] = staged;
       }
     }
-    transpose_rows_scaled<Arch>(src, depth, w.scale, qt + r0, ldr);
+    transpose_rows_scaled<Arch>(src, depth, q_scale, qt + r0, ldr);
   }
   std::memset(oacc, 0, sizeof(float) * ldr * dvp);
   // bf16 math: Qᵀ packed once more into bf16 pairs; the panels live past the f32 layout.

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "../../runtime/kernels/simd/exp2.hpp"
+#include "../../runtime/kernels/simd/tanh.hpp"
 #include "../../runtime/kernels/tile_traits.hpp"
 #include "../../runtime/kernels/ukernel/blocked_key_scores.hpp"
 #include "../../runtime/kernels/ukernel/narrow_dot_scores.hpp"
@@ -364,6 +365,51 @@ void exp2_cases(UkernelReport& r) {
   r.cases += kSteps / W + 1;
 }
 
+// capped_tanh (softcap's cap·tanh(x)) over every 61st float in [2^-24, 16], both signs, for caps
+// from 1e-3 to 3e5: relative error ≤ 3.5e-7 (the README's bound); and the specials: ±0 keep their
+// sign, ±inf saturate at ±cap, NaN stays NaN.
+template <class Arch>
+void capped_tanh_cases(UkernelReport& r) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  alignas(64) float in[W], out[W];
+  uint32_t lo, hi;
+  const float a = std::ldexp(1.0f, -24), b = 16.0f;
+  std::memcpy(&lo, &a, 4);
+  std::memcpy(&hi, &b, 4);
+  const float caps[] = {1.0f, 50.0f, 30.0f, 7.0f, 0.3f, 1e-3f, 3e5f};
+  for (const float cap : caps)
+    for (uint32_t bits = lo; bits <= hi; bits += 61 * W) {
+      for (int l = 0; l < W; ++l) {
+        const uint32_t x = bits + 61u * static_cast<uint32_t>(l);
+        std::memcpy(&in[l], &x, 4);
+        if (l % 2) in[l] = -in[l];
+      }
+      capped_tanh<Arch>(B::load_aligned(in), cap).store_aligned(out);
+      ++r.cases;
+      for (int l = 0; l < W; ++l) {
+        const double want = static_cast<double>(cap) * std::tanh(static_cast<double>(in[l]));
+        if (!(std::fabs(out[l] - want) <= 3.5e-7 * std::fabs(want))) {
+          r.fail("capped_tanh(%.9g, cap %g) = %.9g, want %.9g", in[l], cap, out[l], want);
+          return;
+        }
+      }
+    }
+  for (int l = 0; l < W; ++l)
+    in[l] = l % 5 == 0 ? INFINITY : l % 5 == 1 ? -INFINITY : l % 5 == 2 ? NAN : l % 5 == 3 ? 0.0f : -0.0f;
+  capped_tanh<Arch>(B::load_aligned(in), 50.0f).store_aligned(out);
+  for (int l = 0; l < W; ++l) {
+    const bool ok = l % 5 == 0   ? std::fabs(out[l] - 50.0) <= 50.0 * 3.5e-7
+                    : l % 5 == 1 ? std::fabs(out[l] + 50.0) <= 50.0 * 3.5e-7
+                    : l % 5 == 2 ? std::isnan(out[l])
+                                 : out[l] == 0.0f && std::signbit(out[l]) == std::signbit(in[l]);
+    if (!ok) {
+      r.fail("capped_tanh(%g, cap 50) = %g", in[l], out[l]);
+      return;
+    }
+  }
+}
+
 template <class Arch>
 void run_all(UkernelReport& r) {
   score_cases<Arch>(r);
@@ -379,6 +425,7 @@ void run_all(UkernelReport& r) {
   blocked_cases<Arch, F16>(r);
   blocked_cases<Arch, I8>(r);
   exp2_cases<Arch>(r);
+  capped_tanh_cases<Arch>(r);
 }
 
 }  // namespace tester

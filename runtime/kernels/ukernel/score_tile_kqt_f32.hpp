@@ -23,7 +23,8 @@ struct ScoreArgs {
   int64_t ldo;
   float* colmax = nullptr;  // optional: running max over keys of each query row (column of Sᵀ)
   // Optional score terms applied before the store (and the column max), in this order: softcap > 0:
-  // s ← softcap·tanh(s / softcap) (simd/tanh.hpp); slope non-null: ALiBi,
+  // the products arrive divided by softcap (the caller scales Q by scale / softcap) and become
+  // s ← softcap·tanh(products) (simd/tanh.hpp); slope non-null: ALiBi,
   // s += slope[row]·(key0 + r − pos[row]) for key r of the call (key0: the first key's index).
   float softcap = 0.0f;
   const float* slope = nullptr;
@@ -59,7 +60,7 @@ void score_tile(const ScoreArgs& a) {
   if (a.softcap > 0.0f) {
     ATTEND_UNROLL
     for (int r = 0; r < R; ++r)
-      for (int n = 0; n < NV; ++n) acc[r][n] = softcap_f32<Arch>(acc[r][n], a.softcap, 1.0f / a.softcap);
+      for (int n = 0; n < NV; ++n) acc[r][n] = capped_tanh<Arch>(acc[r][n], a.softcap);
   }
   if (a.slope) {
     ATTEND_UNROLL
