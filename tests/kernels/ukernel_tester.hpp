@@ -231,8 +231,23 @@ void pv_cases(UkernelReport& r) {
               want[i * ldo + d] = static_cast<float>(acc);
               (void)mag;
             }
-          pv_block<Arch, E>(o.p, ldo, alpha.p, p.p, prs, pks, v.p, dv, nr, nvec, nk, masked, variant == 2 ? nk : 0);
+          // The narrow layout is decode's: V prefetched (pf_limit), on 16-register targets O kept in
+          // memory (pv_rows_in_memory), which must give the register blocks' bits.
+          Buf<float> o_regs(nr * ldo);
+          for (int64_t i = 0; i < nr * ldo; ++i) o_regs[i] = o[i];
+          pv_block<Arch, E>(o.p, ldo, alpha.p, p.p, prs, pks, v.p, dv, nr, nvec, nk, masked, narrow_layout ? nk : 0);
           ++r.cases;
+          if (narrow_layout) {
+            pv_block<Arch, E>(o_regs.p, ldo, alpha.p, p.p, prs, pks, v.p, dv, nr, nvec, nk, masked, 0);
+            for (int64_t i = 0; i < nr * ldo; ++i)
+              if (std::memcmp(&o[i], &o_regs[i], sizeof(float)) != 0) {
+                r.fail(
+                    "pv_block<%s> rows=%lld dv=%lld keys=%lld masked=%d: decode O[%lld] = %.9g, register blocks %.9g",
+                    type_name<E>(), (long long)nr, (long long)dv, (long long)nk, masked ? 1 : 0, (long long)i, o[i],
+                    o_regs[i]);
+                return;
+              }
+          }
           for (int64_t i = 0; i < nr * ldo; ++i)
             if (!close(o[i], want[i], (1.0 + nk) * value_range<E>())) {
               r.fail("pv_block<%s> rows=%lld dv=%lld keys=%lld masked=%d layout=%s: O[%lld] = %g, want %g",

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "../simd/convert.hpp"
@@ -95,6 +96,89 @@ void pv_tile(const PvArgs& a) {
     for (int n = 0; n < NV; ++n) acc[r][n].store_aligned(a.o + r * a.ldo + n * W);
 }
 
+// Decode on 16-register targets: O[R ≤ 4 rows][value_vectors·W] = alpha·O + P·V with O in memory
+// (L1) instead of registers, so V is read row after row, whole, in order. The register blocks
+// cover D 128 for a GQA group of four in six column passes of 3 vectors, reading V in 96-byte
+// slices of 512-byte rows that the hardware prefetchers do not follow (a synthetic read of that
+// pattern: 8.4–9.9 GB/s against 15–17 in order, one Zen 3 thread). Here every V vector is loaded
+// once; O costs a load and a store per two keys (4 rows: 2 loads, 1 store per 2 FMAs, within
+// Zen 3's 3 loads + 1 store of 256 bits per cycle). The same FMAs in the same order as pv_tile
+// (the same bits: tested). Optional whole-row prefetch (PvArgs::pf_*), two rows per step.
+template <class Arch, int R, class T, bool Masked>
+void pv_rows_in_memory(const PvArgs& a, int64_t value_vectors) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  for (int r = 0; r < R; ++r) {
+    const B al(a.alpha[r]);
+    for (int64_t n = 0; n < value_vectors; ++n)
+      (B::load_aligned(a.o + r * a.ldo + n * W) * al).store_aligned(a.o + r * a.ldo + n * W);
+  }
+  const T* v = static_cast<const T*>(a.v);
+  const float* p = a.p;
+  int64_t j = 0;
+  auto step = [&](const B& pb, const B& vv, B& o) {
+    if constexpr (Masked) {
+      fma_skip_zero<Arch, 1>(pb, &vv, &o, Arch{});
+    } else {
+      o = xsimd::fma(pb, vv, o);
+    }
+  };
+  for (; j + 2 <= a.keys; j += 2, v += 2 * a.ldv, p += 2 * a.p_key_stride) {
+    for (int64_t k = 0; a.pf_bytes && k < 2 && j + k + a.pf_keys < a.pf_limit; ++k) {
+      // Rows j + pf_keys on, whole: the lines that start inside each row (see pv_tile).
+      const uintptr_t at = reinterpret_cast<uintptr_t>(v + (a.pf_keys + k) * a.ldv);
+      for (uintptr_t line = (at + 63) & ~uintptr_t{63}; line < at + a.pf_bytes; line += 64)
+        __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
+    }
+    B p0[R], p1[R];
+    ATTEND_UNROLL
+    for (int r = 0; r < R; ++r) {
+      p0[r] = B(p[r * a.p_row_stride]);
+      p1[r] = B(p[r * a.p_row_stride + a.p_key_stride]);
+    }
+    for (int64_t n = 0; n < value_vectors; ++n) {
+      const B v0 = load_float<Arch>(v + n * W), v1 = load_float<Arch>(v + a.ldv + n * W);
+      ATTEND_UNROLL
+      for (int r = 0; r < R; ++r) {
+        float* o = a.o + r * a.ldo + n * W;
+        B acc = B::load_aligned(o);
+        step(p0[r], v0, acc);
+        step(p1[r], v1, acc);
+        acc.store_aligned(o);
+      }
+    }
+  }
+  for (; j < a.keys; ++j, v += a.ldv, p += a.p_key_stride) {
+    B p0[R];
+    ATTEND_UNROLL
+    for (int r = 0; r < R; ++r) p0[r] = B(p[r * a.p_row_stride]);
+    for (int64_t n = 0; n < value_vectors; ++n) {
+      const B v0 = load_float<Arch>(v + n * W);
+      ATTEND_UNROLL
+      for (int r = 0; r < R; ++r) {
+        float* o = a.o + r * a.ldo + n * W;
+        B acc = B::load_aligned(o);
+        step(p0[r], v0, acc);
+        acc.store_aligned(o);
+      }
+    }
+  }
+}
+
+template <class Arch, class T>
+inline void pv_in_memory_dispatch(int r, bool masked, const PvArgs& a, int64_t value_vectors) {
+  switch (r * 2 + (masked ? 1 : 0)) {
+    case 2: return pv_rows_in_memory<Arch, 1, T, false>(a, value_vectors);
+    case 3: return pv_rows_in_memory<Arch, 1, T, true>(a, value_vectors);
+    case 4: return pv_rows_in_memory<Arch, 2, T, false>(a, value_vectors);
+    case 5: return pv_rows_in_memory<Arch, 2, T, true>(a, value_vectors);
+    case 6: return pv_rows_in_memory<Arch, 3, T, false>(a, value_vectors);
+    case 7: return pv_rows_in_memory<Arch, 3, T, true>(a, value_vectors);
+    case 8: return pv_rows_in_memory<Arch, 4, T, false>(a, value_vectors);
+    default: return pv_rows_in_memory<Arch, 4, T, true>(a, value_vectors);
+  }
+}
+
 // Function-pointer table so a runtime (rows, vectors) remainder picks the right specialisation.
 constexpr int kMaxPvR = 6, kMaxPvNV = 8;
 
@@ -116,19 +200,16 @@ inline void pv_dispatch(int r, int nv, bool masked, const PvArgs& a) {
 // bytes, in one process: +5–10 points of stream for bf16/f16 and for f32 with several rows (GQA),
 // sdpa and cache alike; 1–2 KB ahead were worse, 8 KB no better. One f32 row (MHA) lost 2–5 points
 // on D1 (the extra requests, with 8 FMAs per 512-byte row to hide them), so it does not prefetch.
-// (Targets with 32 registers; decode on 16-register targets is sub-tiled, see pv_sub_keys.)
+// (Measured on 32-register targets; 16-register targets request whole rows at the same distance
+// from pv_rows_in_memory, f32 rows included: see pv_block.)
 constexpr int64_t kVPrefetchBytes = 4096;
 
 // Decode's P·V on 16-register targets runs in sub-tiles of at most Tiles::kPvSubTileBytes of V (a
-// whole number of key blocks, at least one): all of a sub-tile's column passes before the next, so
-// the later passes read V from L1, and every pass requests its own columns of the next sub-tile
-// (within a run: a paged cache's next page is left to the hardware; requesting it as well showed
-// no gain on the serve trace). With four rows of a GQA group and D 128 that is six passes of 3
-// vectors; a 256-key tile's V is 128 KB in f32, so unsplit the later passes read it from L2.
-// Zen 3 (AVX2), A/B against the unsplit tile, paired shares of a read, three rounds: sdpa D2/D3
-// 66–71 → 69–79%, f32 cache D2/D3 63–71 → 67–77%, bf16 cache 45–56 → 49–62%, i8 and MHA (D1/D4)
-// unchanged (docs/performance.md, session 14). Other targets take a tile's keys in one run
-// (unlimited): not measured there.
+// whole number of key blocks, at least one), so a group of more than four rows (two row blocks of
+// pv_rows_in_memory) reads each sub-tile's V from memory once and from L1 for the second block.
+// (Session 14 introduced them for the register blocks' column passes: each pass then requested its
+// own columns one sub-tile ahead; pv_rows_in_memory replaced those passes in decode.) Other targets
+// take a tile's keys in one run (unlimited).
 template <class Arch, class E>
 int64_t pv_sub_keys(int64_t value_vectors) {
   constexpr int64_t kBytes = Tiles<Arch>::kPvSubTileBytes;
@@ -138,9 +219,16 @@ int64_t pv_sub_keys(int64_t value_vectors) {
 }
 
 // O[rows][Dvp] = alpha·O + P·V over one key tile, split into register blocks. V holds elements of E.
-// `pf_limit` > 0 turns on V prefetching: rows [0, pf_limit) from `v` exist. 16 registers (a
-// pv_sub_keys sub-tile): every pass requests its own columns of the next sub-tile; 32 registers:
-// the first pass requests whole rows kVPrefetchBytes ahead.
+// `pf_limit` > 0 marks decode and turns on V prefetching: rows [0, pf_limit) from `v` exist. 16
+// registers: pv_rows_in_memory in blocks of four rows, the first requesting whole rows
+// kVPrefetchBytes ahead; 32 registers: register blocks, the first pass requesting whole rows
+// kVPrefetchBytes ahead.
+// Zen 3 (AVX2), decode, paired shares of a plain read, column passes (8a4efd4) → rows in memory,
+// alternated runs, three rounds (docs/performance.md, session 15): sdpa D2/D3/D5 68–81/71–78/68–79
+// → 78–85/83–91/77–80%, f32 cache D2/D3 70–79/69–73 → 77–87/84–88%, paged f32 67–74/66–69 →
+// 78–82/78–82%, bf16 cache D1/D3/D4 78–85/49–50/83–88 → 88–96/53–60/88–94%, f16 D1/D4 77–83 →
+// 88–94%, i8 D2/D3 22–27/31–33 → 29–30/33–37% (bound by its FMAs); f32 D1/D4 unchanged. Without
+// the software prefetch the f32 cache lost 10 points instead; 2 or 8 KB ahead was no better.
 template <class Arch, class E>
 void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int64_t p_row_stride, int64_t p_key_stride,
               const E* v, int64_t ldv, int64_t rows, int64_t value_vectors, int64_t keys, bool masked,
@@ -149,6 +237,23 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
   constexpr int W = T::W;
   const int64_t row_bytes = value_vectors * W * static_cast<int64_t>(sizeof(E));
   const int64_t pf_keys = max64(1, kVPrefetchBytes / row_bytes);
+  if constexpr (!T::kManyRegs) {
+    static_assert(T::kPvRows <= 4, "pv_in_memory_dispatch takes up to four rows");
+    // (One row of an i8 V stays in registers: two passes of 64 bytes, a line each, and 4–12
+    // points of a read lost with O in memory, D1/D4 of cache/attend-i8.)
+    if (pf_limit > 0 && !(std::is_same_v<E, I8> && rows == 1)) {
+      for (int64_t r0 = 0; r0 < rows; r0 += T::kPvRows) {
+        PvArgs a{oacc + r0 * ldo, ldo, alpha + r0, p + r0 * p_row_stride, p_row_stride, p_key_stride, v, ldv, keys};
+        if (r0 == 0) {
+          a.pf_keys = pf_keys;
+          a.pf_limit = pf_limit;
+          a.pf_bytes = row_bytes;
+        }
+        pv_in_memory_dispatch<Arch, E>(static_cast<int>(min64(T::kPvRows, rows - r0)), masked, a, value_vectors);
+      }
+      return;
+    }
+  }
   for (int64_t r0 = 0; r0 < rows; r0 += T::kPvRows) {
     const int R = static_cast<int>(min64(T::kPvRows, rows - r0));
     const int nv_max = static_cast<int>(min64(kMaxPvNV, T::kAccRegs / R));
@@ -163,12 +268,7 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
                v + c * W,
                ldv,
                keys};
-      if (pf_limit > 0 && T::kPvSubTileBytes > 0 && r0 == 0) {
-        // Sub-tiled decode (pv_sub_keys): each pass fetches its columns one sub-tile ahead.
-        a.pf_keys = keys;
-        a.pf_limit = pf_limit;
-        a.pf_bytes = nv * W * static_cast<int64_t>(sizeof(E));
-      } else if (pf_limit > 0 && T::kPvSubTileBytes == 0 && r0 == 0 && c == 0) {
+      if (pf_limit > 0 && r0 == 0 && c == 0) {
         // The first pass over the keys fetches whole rows kVPrefetchBytes ahead.
         a.pf_keys = pf_keys;
         a.pf_limit = pf_limit;
