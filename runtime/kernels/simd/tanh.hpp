@@ -44,11 +44,6 @@ inline vfloat<Arch> capped_tanh(vfloat<Arch> x, float cap) {
   return divide_positive<Arch>(p, q, Arch{});
 }
 
-template <class Arch>
-inline vfloat<Arch> tanh_f32(vfloat<Arch> x) {
-  return capped_tanh<Arch>(x, 1.0f);
-}
-
 // cap·tanh(s / cap).
 template <class Arch>
 inline vfloat<Arch> softcap_f32(vfloat<Arch> s, float cap, float inv_cap) {
