@@ -208,8 +208,8 @@ constexpr int64_t kVPrefetchBytes = 4096;
 // whole number of key blocks, at least one), so a group of more than four rows (two row blocks of
 // pv_rows_in_memory) reads each sub-tile's V from memory once and from L1 for the second block.
 // (Session 14 introduced them for the register blocks' column passes: each pass then requested its
-// own columns one sub-tile ahead; pv_rows_in_memory replaced those passes in decode.) Other targets
-// take a tile's keys in one run (unlimited).
+// own columns one sub-tile ahead, as they still do for one i8 row; pv_rows_in_memory replaced them
+// for the rest of decode.) Other targets take a tile's keys in one run (unlimited).
 template <class Arch, class E>
 int64_t pv_sub_keys(int64_t value_vectors) {
   constexpr int64_t kBytes = Tiles<Arch>::kPvSubTileBytes;
@@ -221,7 +221,8 @@ int64_t pv_sub_keys(int64_t value_vectors) {
 // O[rows][Dvp] = alpha·O + P·V over one key tile, split into register blocks. V holds elements of E.
 // `pf_limit` > 0 marks decode and turns on V prefetching: rows [0, pf_limit) from `v` exist. 16
 // registers: pv_rows_in_memory in blocks of four rows, the first requesting whole rows
-// kVPrefetchBytes ahead; 32 registers: register blocks, the first pass requesting whole rows
+// kVPrefetchBytes ahead (one i8 row: register blocks, each pass requesting its columns a sub-tile
+// ahead); 32 registers: register blocks, the first pass requesting whole rows
 // kVPrefetchBytes ahead.
 // Zen 3 (AVX2), decode, paired shares of a plain read, column passes (8a4efd4) → rows in memory,
 // alternated runs, three rounds (docs/performance.md, session 15): sdpa D2/D3/D5 68–81/71–78/68–79
@@ -239,8 +240,9 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
   const int64_t pf_keys = max64(1, kVPrefetchBytes / row_bytes);
   if constexpr (!T::kManyRegs) {
     static_assert(T::kPvRows <= 4, "pv_in_memory_dispatch takes up to four rows");
-    // (One row of an i8 V stays in registers: two passes of 64 bytes, a line each, and 4–12
-    // points of a read lost with O in memory, D1/D4 of cache/attend-i8.)
+    // (One row of an i8 V stays in the register blocks, as in session 14: two passes of 64 bytes,
+    // a line each, each prefetching its columns a sub-tile ahead; with O in memory D1/D4 of
+    // cache/attend-i8 lost 4–12 points of a read.)
     if (pf_limit > 0 && !(std::is_same_v<E, I8> && rows == 1)) {
       for (int64_t r0 = 0; r0 < rows; r0 += T::kPvRows) {
         PvArgs a{oacc + r0 * ldo, ldo, alpha + r0, p + r0 * p_row_stride, p_row_stride, p_key_stride, v, ldv, keys};
@@ -268,7 +270,12 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
                v + c * W,
                ldv,
                keys};
-      if (pf_limit > 0 && r0 == 0 && c == 0) {
+      if (pf_limit > 0 && T::kPvSubTileBytes > 0 && r0 == 0) {
+        // 16 registers (one i8 row): each pass fetches its columns one pv_sub_keys sub-tile ahead.
+        a.pf_keys = keys;
+        a.pf_limit = pf_limit;
+        a.pf_bytes = nv * W * static_cast<int64_t>(sizeof(E));
+      } else if (pf_limit > 0 && r0 == 0 && c == 0) {
         // The first pass over the keys fetches whole rows kVPrefetchBytes ahead.
         a.pf_keys = pf_keys;
         a.pf_limit = pf_limit;
