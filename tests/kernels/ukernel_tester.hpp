@@ -381,7 +381,7 @@ void exp2_cases(UkernelReport& r) {
 }
 
 // capped_tanh (softcap's cap·tanh(x)) over every 61st float in [2^-24, 16], both signs, for caps
-// from 1e-3 to 3e5: relative error ≤ 3.5e-7 (the README's bound); and the specials: ±0 keep their
+// from 1e-3 to 3e5: relative error ≤ 4e-7 (the README's bound); and the specials: ±0 keep their
 // sign, ±inf saturate at ±cap, NaN stays NaN.
 template <class Arch>
 void capped_tanh_cases(UkernelReport& r) {
@@ -404,7 +404,7 @@ void capped_tanh_cases(UkernelReport& r) {
       ++r.cases;
       for (int l = 0; l < W; ++l) {
         const double want = static_cast<double>(cap) * std::tanh(static_cast<double>(in[l]));
-        if (!(std::fabs(out[l] - want) <= 3.5e-7 * std::fabs(want))) {
+        if (!(std::fabs(out[l] - want) <= 4e-7 * std::fabs(want))) {
           r.fail("capped_tanh(%.9g, cap %g) = %.9g, want %.9g", in[l], cap, out[l], want);
           return;
         }
@@ -414,8 +414,8 @@ void capped_tanh_cases(UkernelReport& r) {
     in[l] = l % 5 == 0 ? INFINITY : l % 5 == 1 ? -INFINITY : l % 5 == 2 ? NAN : l % 5 == 3 ? 0.0f : -0.0f;
   capped_tanh<Arch>(B::load_aligned(in), 50.0f).store_aligned(out);
   for (int l = 0; l < W; ++l) {
-    const bool ok = l % 5 == 0   ? std::fabs(out[l] - 50.0) <= 50.0 * 3.5e-7
-                    : l % 5 == 1 ? std::fabs(out[l] + 50.0) <= 50.0 * 3.5e-7
+    const bool ok = l % 5 == 0   ? std::fabs(out[l] - 50.0) <= 50.0 * 4e-7
+                    : l % 5 == 1 ? std::fabs(out[l] + 50.0) <= 50.0 * 4e-7
                     : l % 5 == 2 ? std::isnan(out[l])
                                  : out[l] == 0.0f && std::signbit(out[l]) == std::signbit(in[l]);
     if (!ok) {
