@@ -55,11 +55,6 @@ void narrow_scores(const E* kbase, int64_t ldk, int64_t keys, const float* q, in
   }
 }
 
-// S[r][0, G·kKeyBlock) for NR rows against G consecutive blocks of a blocked K (each [D][kKeyBlock],
-// G·kKeyBlock·D contiguous elements): the keys sit in vector lanes, so every FMA scores W keys and
-// nothing is reduced across lanes. Each broadcast query element feeds G·kKeyBlock/W FMAs, and U
-// partial sums per output vector keep at least eight FMAs in flight. Writes all NR rows of S (the
-
 template <class Arch, class E>
 void narrow_scores_dispatch(int row_pack, const E* k, int64_t ldk, int64_t keys, const float* q, int64_t depth,
                             const E* zeros, float* s, int64_t lds, int64_t rows, const E* pf, int64_t pf_keys) {

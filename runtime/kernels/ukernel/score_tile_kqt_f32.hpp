@@ -84,8 +84,6 @@ void score_tile(const ScoreArgs& a) {
   }
 }
 
-// O[R rows][NV·W] = alpha[r]·O + Σ_j P[r][j]·V[j]. P is addressed with two strides so the same
-
 // Function-pointer table so a runtime (keys, row vectors) remainder picks the right specialisation.
 constexpr int kMaxScoreR = 6, kMaxScoreNV = 4;
 
