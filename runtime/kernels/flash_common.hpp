@@ -71,12 +71,18 @@ struct RowMap {
 };
 
 // Writes the block's result: normalised output, or the unnormalised partial state for split-K.
+// Row r's element c is oacc[r·ldo + c·col_stride]; a transposed accumulator (col_stride ≠ 1, the
+// wide path on 16 registers) is gathered row by row into `row_buf` first.
 template <class Arch>
-void write_rows(const FlashWork& w, const RowMap& rows, const float* oacc, int64_t ldo, const float* m,
-                const float* l) {
+void write_rows(const FlashWork& w, const RowMap& rows, const float* oacc, int64_t ldo, const float* m, const float* l,
+                int64_t col_stride = 1, float* row_buf = nullptr) {
   const int64_t dv = w.value_dim;
   for (int64_t r = 0; r < w.row_count; ++r) {
     const float* src = oacc + r * ldo;
+    if (col_stride != 1) {
+      for (int64_t c = 0; c < dv; ++c) row_buf[c] = src[c * col_stride];
+      src = row_buf;
+    }
     if (w.partial_acc) {
       w.partial_ml[2 * r] = m[r];
       w.partial_ml[2 * r + 1] = l[r];
@@ -266,6 +272,20 @@ void pv_runs(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alph
     const int64_t pf = pf_end > 0 ? src.run(j0 + j, pf_end - j) : 0;
     pv_block<Arch>(oacc, ldo, j == 0 ? alpha : ones, p + j * p_key_stride, p_row_stride, p_key_stride,
                    src.value(j0 + j), src.v_row_stride, rows, value_vectors, n, masked, pf);
+    j += n;
+  }
+}
+
+// pvt_block over keys [j0, j0 + nk) of an f32 V read in place, run by run (the first run rescales
+// Oᵀ by alpha, the rest by `ones`, as pv_runs).
+template <class Arch, class E>
+void pvt_runs(const KvSource<E>& src, float* ot, int64_t ldot, const float* alpha, const float* ones, const float* pt,
+              int64_t ldp, int64_t j0, int64_t nk, int64_t value_dim, int nv, bool masked) {
+  static_assert(std::is_same_v<E, float>, "16- and 8-bit V go through an f32 panel");
+  for (int64_t j = 0; j < nk;) {
+    const int64_t n = src.run(j0 + j, nk - j);
+    pvt_block<Arch>(ot, ldot, j == 0 ? alpha : ones, pt + j * ldp, ldp, src.value(j0 + j), src.v_row_stride, value_dim,
+                    nv, n, masked);
     j += n;
   }
 }

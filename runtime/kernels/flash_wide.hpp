@@ -150,6 +150,9 @@ void flash_wide(const FlashWork& w, float* scratch) {
   float* slope = scratch + L.slope;
   float* pos = scratch + L.pos;
   const bool terms = w.softcap > 0.0f || w.alibi;
+  // 16 registers: the output accumulator is kept transposed, Oᵀ[value_dim][ldr] (pvt_block: P·V in
+  // the score microkernel's shape); 32 registers keep O[rows][dvp] (pv_tile's 6 × 4 blocks).
+  constexpr bool kTransposedO = !T::kManyRegs && !kBf16Math;
 
   // Qᵀ panel, pre-scaled; padded rows are zero and inherit the last row's mask so they never
   // widen the key range or force masking.
@@ -276,14 +279,24 @@ void flash_wide(const FlashWork& w, float* scratch) {
     if constexpr (kBf16Math) {
       if (bf.pv(src, oacc, dvp, alpha, st, j0, nk, masked)) continue;
     }
-    if (kFloat && w.value_dim % W == 0) {
+    if constexpr (kTransposedO) {
+      if constexpr (kFloat) {
+        pvt_runs<Arch>(src, oacc, ldr, alpha, ones, st, ldr, j0, nk, w.value_dim, nvr, masked);
+      } else {
+        values_to_f32_panel(src, j0, nk, w.value_dim, w.value_dim, scratch + L.vpanel);
+        pvt_block<Arch>(oacc, ldr, alpha, st, ldr, scratch + L.vpanel, w.value_dim, w.value_dim, nvr, nk, masked);
+      }
+    } else if (kFloat && w.value_dim % W == 0) {
       pv_runs<Arch>(src, oacc, dvp, alpha, ones, st, 1, ldr, j0, nk, nr, dvp / W, masked, 0);
     } else {  // pad (and widen) V rows so the microkernel never reads past a row
       values_to_f32_panel(src, j0, nk, w.value_dim, dvp, scratch + L.vpanel);
       pv_block<Arch>(oacc, dvp, alpha, st, 1, ldr, scratch + L.vpanel, dvp, nr, dvp / W, nk, masked);
     }
   }
-  write_rows<Arch>(w, rows, oacc, dvp, m, l);
+  if constexpr (kTransposedO)
+    write_rows<Arch>(w, rows, oacc, 1, m, l, ldr, scratch + L.vpanel);
+  else
+    write_rows<Arch>(w, rows, oacc, dvp, m, l);
 }
 
 }  // namespace

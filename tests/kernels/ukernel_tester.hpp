@@ -259,6 +259,67 @@ void pv_cases(UkernelReport& r) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// pvt_block (the wide path's transposed P·V on 16 registers): Oᵀ[value_dim][nv·W] = α ⊙ Oᵀ + Pᵀ-
+// weighted V for every row-vector count, value widths around its 12 / nv column blocks (any width:
+// V's elements are broadcast), key runs around a wide tile, masked and not. A masked tile has keys
+// dead in every row (P = 0, V = NaN: must reach no row) and keys with P = 0 in some rows only and
+// finite V (the guarded and plain runs alternate); each element must carry pv_block's bits (the
+// row-major register blocks over the same data) and the double-precision value.
+template <class Arch>
+void pvt_cases(UkernelReport& r) {
+  using T = Tiles<Arch>;
+  constexpr int W = T::W;
+  Lcg rng{4};
+  for (int nv = 1; nv <= kMaxPvtNV; ++nv) {
+    const int r_max = kPvtAccRegs / nv;
+    Sizes widths = boundary(r_max, 1, 4 * r_max + 1);
+    widths.add(64, 1, 256);
+    widths.add(80, 1, 256);
+    const Sizes keys = boundary(T::kBlockKeys, 0, 2 * T::kBlockKeys + 1);
+    for (int iw = 0; iw < widths.n; ++iw)
+      for (int ik = 0; ik < keys.n; ++ik)
+        for (int masked = 0; masked < 2; ++masked) {
+          const int64_t ldr = nv * W, dv = widths.v[iw], nk = keys.v[ik], dvp = round_up(dv, W);
+          Buf<float> ot(dv * ldr), o(ldr * dvp), want(ldr * dv), alpha(ldr), pt(ldr * (nk > 0 ? nk : 1)),
+              v(nk * dvp + 1);
+          for (int64_t i = 0; i < ldr; ++i) alpha[i] = 0.5f + 0.5f * rng.uniform();
+          for (int64_t i = 0; i < ldr; ++i)
+            for (int64_t c = 0; c < dv; ++c) want[i * dv + c] = ot[c * ldr + i] = o[i * dvp + c] = rng.uniform();
+          for (int64_t j = 0; j < nk; ++j) {
+            const bool dead = masked && j % 5 == 2, partial = masked && j % 7 == 3;
+            for (int64_t i = 0; i < ldr; ++i)
+              pt[j * ldr + i] = dead || (partial && i % 3 == 0) ? 0.0f : 0.5f + 0.5f * rng.uniform();
+            for (int64_t c = 0; c < dv; ++c) v[j * dvp + c] = dead ? NAN : rng.uniform();
+          }
+          for (int64_t i = 0; i < ldr; ++i)
+            for (int64_t c = 0; c < dv; ++c) {
+              double acc = static_cast<double>(alpha[i]) * want[i * dv + c];
+              for (int64_t j = 0; j < nk; ++j)
+                if (pt[j * ldr + i] != 0.0f) acc += static_cast<double>(pt[j * ldr + i]) * v[j * dvp + c];
+              want[i * dv + c] = static_cast<float>(acc);
+            }
+          pvt_block<Arch>(ot.p, ldr, alpha.p, pt.p, ldr, v.p, dvp, dv, nv, nk, masked);
+          // The row-major register blocks on the same data (V rows padded to whole vectors).
+          pv_block<Arch, float>(o.p, dvp, alpha.p, pt.p, 1, ldr, v.p, dvp, ldr, dvp / W, nk, masked);
+          ++r.cases;
+          for (int64_t i = 0; i < ldr; ++i)
+            for (int64_t c = 0; c < dv; ++c) {
+              const float got = ot[c * ldr + i];
+              if (std::memcmp(&got, &o[i * dvp + c], sizeof(float)) != 0 ||
+                  !close(got, want[i * dv + c], 1.0 + static_cast<double>(nk))) {
+                r.fail(
+                    "pvt_block nv=%d dv=%lld keys=%lld masked=%d: Oᵀ[%lld][%lld] = %.9g, register blocks %.9g, "
+                    "want %.9g",
+                    nv, (long long)dv, (long long)nk, masked, (long long)c, (long long)i, got, o[i * dvp + c],
+                    want[i * dv + c]);
+                return;
+              }
+            }
+        }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // narrow_scores: S[rows][keys] = Q·Kᵀ for row packs of 1 … kNarrowMaxRows rows and up to W keys of a
 // row-major K (keys past `keys` read the zero row), with and without the K prefetch.
 template <class Arch, class E>
@@ -432,6 +493,7 @@ void run_all(UkernelReport& r) {
   pv_cases<Arch, Bf16>(r);
   pv_cases<Arch, F16>(r);
   pv_cases<Arch, I8>(r);
+  pvt_cases<Arch>(r);
   narrow_cases<Arch, float>(r);
   narrow_cases<Arch, Bf16>(r);
   narrow_cases<Arch, F16>(r);

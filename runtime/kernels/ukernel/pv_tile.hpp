@@ -199,6 +199,113 @@ inline void pv_dispatch(int r, int nv, bool masked, const PvArgs& a) {
   (masked ? guarded : plain)[(r - 1) * kMaxPvNV + (nv - 1)](a);
 }
 
+// The wide path's P·V on 16-register targets, transposed: Oᵀ[R value columns][NV·W query rows] =
+// alpha ⊙ Oᵀ + Σ_j V[j][R columns] ⊗ Pᵀ[j], the Sᵀ tile's rows loaded as vectors and V's elements
+// broadcast — the score microkernel's shape (12 FMAs per 4 vector loads and 3 broadcasts for a
+// full block of 32 rows). Row-major O blocks (pv_tile<4, 3>) take 12 FMAs per 3 loads and 4
+// broadcasts too, but a value width of 8 vectors (D 64) splits into passes of 3 + 3 + 2, each call
+// reloads and rescales its O block, and one Zen 3 thread ran them at ~72% of its FMA rate against
+// the score microkernel's ~95% (P3, perf). Each output element takes the same FMAs in the same
+// order as pv_tile (acc = O·alpha, then fma over the keys in order): the same bits (tested).
+struct PvtArgs {
+  float* ot;  // Oᵀ: value column r's NV·W rows at ot + r·ldot
+  int64_t ldot;
+  const float* alpha;  // NV·W rescale factors, one per query row (a vector)
+  const float* pt;     // Pᵀ: key j's NV·W weights at pt + j·ldp (aligned)
+  int64_t ldp;
+  const float* v;  // V element (key j, value column r) at v[j·ldv + r]
+  int64_t ldv;
+  int64_t keys;
+};
+
+template <class Arch, int R, int NV, bool Masked>
+void pvt_tile(const PvtArgs& a) {
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  float* const ot = a.ot;
+  const int64_t ldot = a.ldot, ldp = a.ldp, ldv = a.ldv, keys = a.keys;
+  B acc[R][NV];
+  ATTEND_UNROLL
+  for (int n = 0; n < NV; ++n) {
+    const B al = B::load_aligned(a.alpha + n * W);
+    ATTEND_UNROLL
+    for (int r = 0; r < R; ++r) acc[r][n] = B::load_aligned(ot + r * ldot + n * W) * al;
+  }
+  const float* pt = a.pt;
+  const float* v = a.v;
+  for (int64_t j = 0; j < keys; ++j, pt += ldp, v += ldv) {
+    B p[NV];
+    ATTEND_UNROLL
+    for (int n = 0; n < NV; ++n) p[n] = B::load_aligned(pt + n * W);
+    ATTEND_UNROLL
+    for (int r = 0; r < R; ++r) {
+      const B vb(v[r]);
+      ATTEND_UNROLL
+      for (int n = 0; n < NV; ++n) {
+        if constexpr (Masked) {
+          // A masked key's weight is exactly 0; 0 · a NaN or infinite V must not reach the row
+          // (as fma_skip_zero: ordered ==, a NaN weight is live).
+          acc[r][n] = xsimd::select(p[n] == B(0.0f), acc[r][n], xsimd::fma(vb, p[n], acc[r][n]));
+        } else {
+          acc[r][n] = xsimd::fma(vb, p[n], acc[r][n]);
+        }
+      }
+    }
+  }
+  ATTEND_UNROLL
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NV; ++n) acc[r][n].store_aligned(ot + r * ldot + n * W);
+}
+
+// Register blocks of pvt_tile: R·NV ≤ 12 (16 registers: 12 accumulators, NV weights, a broadcast).
+constexpr int kPvtAccRegs = 12, kMaxPvtNV = 4;
+
+template <class Arch, bool Masked, int... I>
+constexpr auto make_pvt_table(std::integer_sequence<int, I...>) {
+  // Index (NV − 1)·kPvtAccRegs + (R − 1); entries with R·NV > kPvtAccRegs are never called.
+  constexpr auto pick = [](int nv, int r) { return r * nv <= kPvtAccRegs ? r : 1; };
+  return std::array<void (*)(const PvtArgs&), sizeof...(I)>{
+      &pvt_tile<Arch, pick(I / kPvtAccRegs + 1, I % kPvtAccRegs + 1), I / kPvtAccRegs + 1, Masked>...};
+}
+
+// Oᵀ[value_dim][NV·W] = alpha ⊙ Oᵀ + Pᵀ-weighted V over `keys` keys of f32 V (any value_dim: V's
+// elements are broadcast, so rows need no padding), in blocks of 12 / NV value columns.
+template <class Arch>
+void pvt_block(float* ot, int64_t ldot, const float* alpha, const float* pt, int64_t ldp, const float* v, int64_t ldv,
+               int64_t value_dim, int nv, int64_t keys, bool masked) {
+  static constexpr auto plain = make_pvt_table<Arch, false>(std::make_integer_sequence<int, kMaxPvtNV * kPvtAccRegs>{});
+  static constexpr auto guarded =
+      make_pvt_table<Arch, true>(std::make_integer_sequence<int, kMaxPvtNV * kPvtAccRegs>{});
+  using B = vfloat<Arch>;
+  constexpr int W = B::size;
+  const int r_max = kPvtAccRegs / nv;
+  // A masked tile goes in runs of keys: those with a zero weight in some row take the guarded
+  // kernel, the rest the plain one (a causal diagonal tile: the keys every row sees, then the
+  // triangle). The first run rescales Oᵀ by alpha, the next by 1 (exact): each element gets the
+  // same FMAs in the same order, the same bits as one guarded call.
+  alignas(64) float ones[kMaxPvtNV * W];
+  for (float& x : ones) x = 1.0f;
+  auto has_zero = [&](int64_t j) {
+    if (!masked) return false;
+    auto dead = B::load_aligned(pt + j * ldp) == B(0.0f);
+    for (int n = 1; n < nv; ++n) dead = dead | (B::load_aligned(pt + j * ldp + n * W) == B(0.0f));
+    return xsimd::any(dead);
+  };
+  int64_t j = 0;
+  do {  // (no keys: one call, the rescale alone)
+    const bool guard = keys > 0 && has_zero(j);
+    int64_t e = min64(j + 1, keys);
+    while (e < keys && has_zero(e) == guard) ++e;
+    const auto& table = guard ? guarded : plain;
+    for (int64_t c = 0; c < value_dim; c += r_max) {
+      const int r = static_cast<int>(min64(r_max, value_dim - c));
+      const PvtArgs a{ot + c * ldot, ldot, j == 0 ? alpha : ones, pt + j * ldp, ldp, v + j * ldv + c, ldv, e - j};
+      table[(nv - 1) * kPvtAccRegs + (r - 1)](a);
+    }
+    j = e;
+  } while (j < keys);
+}
+
 // How far ahead decode's P·V prefetches V, in bytes (the hardware prefetcher alone lags the V
 // stream after each switch from scoring K). Measured on D1–D4 against a plain read of the same
 // bytes, in one process: +5–10 points of stream for bf16/f16 and for f32 with several rows (GQA),
