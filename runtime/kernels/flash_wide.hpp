@@ -86,9 +86,15 @@ void wide_scores(const FlashWork& w, const KvSource<E>& src, float* kpanel, cons
       return blocked_panel_key(kpanel, depth, j0, jj);
     }
   };
-  // One vector of query rows takes 12 keys per call: 12 independent FMA chains hide the FMA latency
-  // that 6 keys × 1 vector (6 chains) cannot.
+  // One vector of query rows takes 2 · kScoreKeys keys per call (32 registers: 12 independent FMA
+  // chains hide the FMA latency that 6 keys × 1 vector cannot; 16 registers: 6 — 12, bound by
+  // their broadcasts, made a group-of-8 decode 4–6% slower on Zen 3). More vectors take as many
+  // keys as the accumulator budget holds: 16 registers 3 keys × 4 vectors, 4 × 3, 6 × 2 (with 2
+  // vectors, MLA decode's 16 heads, 3 keys left 6 chains and the score phase took 1.7× the P·V's
+  // time: 1.16–1.21× faster in one process); 32 registers 6 keys.
   constexpr int kWideR = 2 * T::kScoreKeys;
+  const int r_full = static_cast<int>(min64(kMaxScoreR, T::kAccRegs / nvr));
+  static_assert(T::kBlockKeys % kWideR == 0 && T::kBlockKeys % 4 == 0, "no tile ends in a short call");
   const float* krow[kWideR];
   // One vector of query rows (decode-shaped: a GQA group, MLA's 16 heads): K is streamed from memory
   // once, so its rows are fetched 8 calls (a tile) ahead, through the P·V phase too. MLA decode (D6,
@@ -96,7 +102,7 @@ void wide_scores(const FlashWork& w, const KvSource<E>& src, float* kpanel, cons
   const bool stream_k = nvr == 1 && std::is_same_v<E, float> && !w.k_blocked;
   for (int64_t jj = 0; jj < nk;) {
     const bool wide_r = nvr == 1 && jj + kWideR <= nk;
-    const int R = wide_r ? kWideR : static_cast<int>(min64(T::kScoreKeys, nk - jj));
+    const int R = wide_r ? kWideR : static_cast<int>(min64(r_full, nk - jj));
     if (stream_k) {
       const int64_t n_ahead = min64(R, w.key_end - (j0 + jj + 8 * R));
       if (n_ahead > 0) prefetch_rows(reinterpret_cast<const float*>(src.key_row(j0 + jj + 8 * R)), ldk, n_ahead, depth);

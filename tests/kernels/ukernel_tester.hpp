@@ -122,9 +122,9 @@ bool close(double got, double want, double magnitude, double tol = 4e-6) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// score_tile: Sᵀ[keys][rows] = K·Qᵀ over a wide tile, walked as flash_wide walks it (kScoreKeys keys
-// per call, ceil(rows / W) row vectors), with the fused column max; K in rows and, as a cache holds
-// it, blocked ([D][kKeyBlock] per kKeyBlock keys, read with kstep = kKeyBlock).
+// score_tile: Sᵀ[keys][rows] = K·Qᵀ over a wide tile, walked as flash_wide walks it (up to
+// kAccRegs / nv keys per call for nv = ceil(rows / W) row vectors), with the fused column max; K in rows and, as a
+// cache holds it, blocked ([D][kKeyBlock] per kKeyBlock keys, read with kstep = kKeyBlock).
 template <class Arch>
 void score_cases(UkernelReport& r) {
   using T = Tiles<Arch>;
@@ -154,8 +154,10 @@ void score_cases(UkernelReport& r) {
             for (int64_t c = 0; c < nr; ++c) qt[d * ldr + c] = rng.uniform();
           for (int64_t c = 0; c < ldr; ++c) colmax[c] = kNegInf;
           const float* krow[kMaxScoreR];
-          for (int64_t j = 0; j < nk; j += T::kScoreKeys) {
-            const int R = static_cast<int>(min64(T::kScoreKeys, nk - j));
+          // As flash_wide: as many keys per call as the accumulator budget holds for nv vectors.
+          const int r_full = static_cast<int>(min64(kMaxScoreR, T::kAccRegs / nv));
+          for (int64_t j = 0; j < nk; j += r_full) {
+            const int R = static_cast<int>(min64(r_full, nk - j));
             for (int i = 0; i < R; ++i) krow[i] = k.p + kat(j + i, 0);
             ScoreArgs a{krow, qt.p, ldr, depth, st.p + j * ldr, ldr, colmax.p};
             a.kstep = kstep;
