@@ -19,8 +19,9 @@ namespace {
 // The rows' visible key ranges and the key range the work item walks.
 struct NarrowRows {
   int64_t nr, depth, dvp;
-  int row_pack;              // rows are processed in packs of a power of two (padding rows zero)
-  int64_t rlo[16], rhi[16];  // nr <= kNarrowMaxRows <= 8
+  int row_pack;              // rows are scored in packs of a power of two (padding rows zero)…
+  int packs;                 // …this many (16 registers: up to four packs of four rows)
+  int64_t rlo[16], rhi[16];  // nr <= kNarrowRows <= 16
   int64_t key_lo, key_hi, max_lo, min_hi;
 };
 
@@ -49,7 +50,8 @@ NarrowRows narrow_rows(const FlashWork& w) {
   // key_lo are masked like any other invisible key; split-K ranges are block-aligned already).
   if (w.k_blocked && R.key_lo < R.key_hi) R.key_lo = R.key_lo / kKeyBlock * kKeyBlock;
   R.row_pack = 1;
-  while (R.row_pack < R.nr) R.row_pack *= 2;
+  while (R.row_pack < min64(R.nr, Tiles<Arch>::kNarrowMaxRows)) R.row_pack *= 2;
+  R.packs = static_cast<int>((R.nr + R.row_pack - 1) / R.row_pack);
   return R;
 }
 
@@ -70,7 +72,7 @@ void narrow_init(const FlashWork& w, const NarrowRows& R, const NarrowHead& h) {
     start_row_state(w, rows.head(r), h.m[r], h.l[r]);
     row_to_f32<Arch>(rows.q(r), w.q_type, R.depth, w.scale, h.qn + r * R.depth);
   }
-  for (int64_t r = R.nr; r < R.row_pack; ++r) std::memset(h.qn + r * R.depth, 0, sizeof(float) * R.depth);
+  for (int64_t r = R.nr; r < R.packs * R.row_pack; ++r) std::memset(h.qn + r * R.depth, 0, sizeof(float) * R.depth);
   std::memset(h.oacc, 0, sizeof(float) * R.nr * R.dvp);
 }
 
@@ -102,8 +104,11 @@ void narrow_scores_phase(const FlashWork& w, const NarrowRows& R, const NarrowHe
   const int64_t depth = R.depth;
   // S = Q·Kᵀ. Row-major K: dot products along D, NR rows × W/NR keys per transpose-sum, so each K
   // vector loaded feeds NR FMAs. Blocked K: keys in lanes (blocked_scores), the tile in one call.
+  // More rows than a pack (16 registers): the packs take each key group (block) in turn while it
+  // is in L1, the first pack prefetching the next.
   if (w.k_blocked) {
-    blocked_scores_dispatch<Arch, E>(R.row_pack, blk, (nk + kKeyBlock - 1) / kKeyBlock, known, depth, h.qn, h.s, ldsn);
+    blocked_scores_dispatch<Arch, E>(R.row_pack, blk, (nk + kKeyBlock - 1) / kKeyBlock, known, depth, h.qn, h.s, ldsn,
+                                     R.packs);
     if constexpr (KvSource<E>::kScaled) scale_by_keys<Arch>(h.s, ldsn, R.nr, src, src.k_scale, j0, nk);
     return;
   }
@@ -119,9 +124,13 @@ void narrow_scores_phase(const FlashWork& w, const NarrowRows& R, const NarrowHe
     const E* next = pf_keys > 0 ? src.key_row(j0 + jg + W) : nullptr;
     const bool spread = R.row_pack > 1;
     if (next && !spread) prefetch_rows(next, w.k_row_stride, pf_keys, depth);
-    narrow_scores_dispatch<Arch, E>(R.row_pack, src.key_row(j0 + jg), w.k_row_stride, min64(W, nk - jg), h.qn, depth,
-                                    reinterpret_cast<const E*>(sh.zeros), h.s + jg, ldsn, R.nr, spread ? next : nullptr,
-                                    pf_keys);
+    for (int p = 0; p < R.packs; ++p) {
+      const int64_t r0 = p * R.row_pack;
+      narrow_scores_dispatch<Arch, E>(R.row_pack, src.key_row(j0 + jg), w.k_row_stride, min64(W, nk - jg),
+                                      h.qn + r0 * depth, depth, reinterpret_cast<const E*>(sh.zeros),
+                                      h.s + r0 * ldsn + jg, ldsn, min64(R.row_pack, R.nr - r0),
+                                      spread && p == 0 ? next : nullptr, pf_keys);
+    }
   }
 }
 

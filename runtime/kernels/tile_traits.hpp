@@ -27,11 +27,14 @@ struct Tiles {
   /// Decode's P·V sub-tile (pv_sub_keys), in bytes of V: 16 KB, half of a 32 KB L1, leaves room
   /// for the next sub-tile's lines as they arrive. 0 (32 registers): a tile's keys in one run.
   static constexpr int64_t kPvSubTileBytes = kManyRegs ? 0 : 16384;
+  /// The narrow path's row pack (its score microkernels' rows), and the most rows it takes, in
+  /// packs: 32 registers one pack; 16 registers four (see flash_narrow.hpp).
   static constexpr int kNarrowMaxRows = W / 2 > 1 ? W / 2 : 1;
+  static constexpr int kNarrowRows = kManyRegs ? kNarrowMaxRows : 4 * kNarrowMaxRows;
   static constexpr int kNarrowBlockKeys = 256;
   static_assert(kBlockKeys % kScoreKeys == 0, "a wide tile is a whole number of score calls");
   static_assert(kScoreKeys * kMaxRowVectors <= kAccRegs, "score accumulators fit the register budget");
-  static_assert(kNarrowMaxRows <= 16, "narrow path keeps per-row ranges in arrays of 16");
+  static_assert(kNarrowRows <= 16, "narrow path keeps per-row ranges in arrays of 16");
 };
 
 }  // namespace

@@ -361,9 +361,9 @@ void narrow_cases(UkernelReport& r) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// blocked_scores: S[rows][blocks·kKeyBlock] against a blocked K for every row pack, over block
-// counts on both sides of the blocks-per-call group G, with the look-ahead (prefetch) window ending
-// at, or past, the scored blocks.
+// blocked_scores: S[rows][blocks·kKeyBlock] against a blocked K for every row pack (one and three
+// packs of it), over block counts on both sides of the blocks-per-call group G, with the look-ahead (prefetch) window
+// ending at, or past, the scored blocks.
 template <class Arch, class E>
 void blocked_cases(UkernelReport& r) {
   using T = Tiles<Arch>;
@@ -372,38 +372,44 @@ void blocked_cases(UkernelReport& r) {
   for (int pack = 1; pack <= T::kNarrowMaxRows; pack *= 2) {
     const int64_t G = blocked_group<Arch>(pack);
     const Sizes blocks = boundary(G, 1, 4 * G + 1);
-    for (int ib = 0; ib < blocks.n; ++ib)
-      for (int64_t extra : {int64_t{0}, G, 2 * G + 1})
-        for (int64_t depth : {int64_t{W}, int64_t{2 * W}, int64_t{8 * W}}) {
-          const int64_t nb = blocks.v[ib], ahead = nb + extra, lds = round_up(nb * kKeyBlock, 16);
-          Buf<float> q(pack * depth), s(pack * lds);
-          Buf<E> k(ahead * kKeyBlock * depth);
-          for (int64_t i = 0; i < pack * depth; ++i) q[i] = rng.uniform();
-          for (int64_t i = 0; i < ahead * kKeyBlock * depth; ++i) k[i] = make<E>(rng.uniform());
-          // Blocks are addressed one by one (a paged cache scatters them): block b is stored at
-          // slot `where(b)`, in reverse order, so a kernel that assumed consecutive blocks reads the
-          // wrong keys.
-          const auto where = [&](int64_t b) { return ahead - 1 - b; };
-          std::vector<const E*> blk(static_cast<size_t>(ahead));
-          for (int64_t b = 0; b < ahead; ++b) blk[static_cast<size_t>(b)] = k.p + where(b) * kKeyBlock * depth;
-          blocked_scores_dispatch<Arch, E>(pack, blk.data(), nb, ahead, depth, q.p, s.p, lds);
-          ++r.cases;
-          for (int64_t i = 0; i < pack; ++i)
-            for (int64_t j = 0; j < nb * kKeyBlock; ++j) {
-              double want = 0.0, mag = 0.0;
-              for (int64_t d = 0; d < depth; ++d) {
-                const double kv = to_float(k[where(j / kKeyBlock) * kKeyBlock * depth + d * kKeyBlock + j % kKeyBlock]);
-                want += static_cast<double>(q[i * depth + d]) * kv;
-                mag += std::fabs(static_cast<double>(q[i * depth + d]) * kv);
+    // One pack, and three (16 registers take up to four packs of rows, block by block).
+    for (int packs : {1, 3})
+      for (int ib = 0; ib < blocks.n; ++ib)
+        for (int64_t extra : {int64_t{0}, G, 2 * G + 1})
+          for (int64_t depth : {int64_t{W}, int64_t{2 * W}, int64_t{8 * W}}) {
+            const int64_t nb = blocks.v[ib], ahead = nb + extra, lds = round_up(nb * kKeyBlock, 16);
+            const int64_t rows = int64_t{pack} * packs;
+            Buf<float> q(rows * depth), s(rows * lds);
+            Buf<E> k(ahead * kKeyBlock * depth);
+            for (int64_t i = 0; i < rows * depth; ++i) q[i] = rng.uniform();
+            for (int64_t i = 0; i < ahead * kKeyBlock * depth; ++i) k[i] = make<E>(rng.uniform());
+            // Blocks are addressed one by one (a paged cache scatters them): block b is stored at
+            // slot `where(b)`, in reverse order, so a kernel that assumed consecutive blocks reads
+            // the wrong keys.
+            const auto where = [&](int64_t b) { return ahead - 1 - b; };
+            std::vector<const E*> blk(static_cast<size_t>(ahead));
+            for (int64_t b = 0; b < ahead; ++b) blk[static_cast<size_t>(b)] = k.p + where(b) * kKeyBlock * depth;
+            blocked_scores_dispatch<Arch, E>(pack, blk.data(), nb, ahead, depth, q.p, s.p, lds, packs);
+            ++r.cases;
+            for (int64_t i = 0; i < rows; ++i)
+              for (int64_t j = 0; j < nb * kKeyBlock; ++j) {
+                double want = 0.0, mag = 0.0;
+                for (int64_t d = 0; d < depth; ++d) {
+                  const double kv =
+                      to_float(k[where(j / kKeyBlock) * kKeyBlock * depth + d * kKeyBlock + j % kKeyBlock]);
+                  want += static_cast<double>(q[i * depth + d]) * kv;
+                  mag += std::fabs(static_cast<double>(q[i * depth + d]) * kv);
+                }
+                if (!close(s[i * lds + j], want, mag)) {
+                  r.fail(
+                      "blocked_scores<%s> pack=%d packs=%d blocks=%lld ahead=%lld depth=%lld: S[%lld][%lld] = %g, "
+                      "want %g",
+                      type_name<E>(), pack, packs, (long long)nb, (long long)ahead, (long long)depth, (long long)i,
+                      (long long)j, s[i * lds + j], want);
+                  return;
+                }
               }
-              if (!close(s[i * lds + j], want, mag)) {
-                r.fail("blocked_scores<%s> pack=%d blocks=%lld ahead=%lld depth=%lld: S[%lld][%lld] = %g, want %g",
-                       type_name<E>(), pack, (long long)nb, (long long)ahead, (long long)depth, (long long)i,
-                       (long long)j, s[i * lds + j], want);
-                return;
-              }
-            }
-        }
+          }
   }
 }
 

@@ -100,35 +100,40 @@ constexpr int blocked_group(int nr) {
 /// The most blocks a call reads (and prefetches) past the ones it scores.
 constexpr int kMaxBlockedGroup = 4;
 
-// Scores `blocks` key blocks (G at a time, then one at a time) for a pack of NR rows; blk[b] is
-// block b's address for b < `known` (known ≥ blocks; the blocks after the scored ones are the next
-// call's, prefetched as the scoring goes; nothing past them is touched).
+// Scores `blocks` key blocks (G at a time, then one at a time) for `packs` packs of NR rows (pack p's
+// queries at q + p·NR·depth, its scores at s + p·NR·lds); blk[b] is block b's address for b <
+// `known` (known ≥ blocks; the blocks after the scored ones are the next call's, prefetched as the
+// first pack's scoring goes; nothing past them is touched). The packs take each group of blocks in
+// turn, so the later packs read it from L1.
 template <class Arch, int NR, class E>
 void blocked_scores_run(const E* const* blk, int64_t blocks, int64_t known, int64_t depth, const float* q, float* s,
-                        int64_t lds) {
+                        int64_t lds, int packs) {
   constexpr int G = blocked_group<Arch>(NR);
   int64_t b = 0;
   for (; b + G <= blocks; b += G)  // (a partial last group ahead is left to the hardware)
-    blocked_scores<Arch, NR, G, E>(blk + b, depth, q, s + b * kKeyBlock, lds,
-                                   b + 2 * G <= known ? blk + b + G : nullptr);
+    for (int p = 0; p < packs; ++p)
+      blocked_scores<Arch, NR, G, E>(blk + b, depth, q + p * NR * depth, s + p * NR * lds + b * kKeyBlock, lds,
+                                     p == 0 && b + 2 * G <= known ? blk + b + G : nullptr);
   for (; b < blocks; ++b)
-    blocked_scores<Arch, NR, 1, E>(blk + b, depth, q, s + b * kKeyBlock, lds, b + 1 < known ? blk + b + 1 : nullptr);
+    for (int p = 0; p < packs; ++p)
+      blocked_scores<Arch, NR, 1, E>(blk + b, depth, q + p * NR * depth, s + p * NR * lds + b * kKeyBlock, lds,
+                                     p == 0 && b + 1 < known ? blk + b + 1 : nullptr);
 }
 
 template <class Arch, class E>
 void blocked_scores_dispatch(int row_pack, const E* const* blk, int64_t blocks, int64_t known, int64_t depth,
-                             const float* q, float* s, int64_t lds) {
+                             const float* q, float* s, int64_t lds, int packs = 1) {
   constexpr int kMax = Tiles<Arch>::kNarrowMaxRows;
   switch (row_pack) {
-    case 1: return blocked_scores_run<Arch, 1, E>(blk, blocks, known, depth, q, s, lds);
+    case 1: return blocked_scores_run<Arch, 1, E>(blk, blocks, known, depth, q, s, lds, packs);
     case 2:
-      if constexpr (kMax >= 2) return blocked_scores_run<Arch, 2, E>(blk, blocks, known, depth, q, s, lds);
+      if constexpr (kMax >= 2) return blocked_scores_run<Arch, 2, E>(blk, blocks, known, depth, q, s, lds, packs);
       break;
     case 4:
-      if constexpr (kMax >= 4) return blocked_scores_run<Arch, 4, E>(blk, blocks, known, depth, q, s, lds);
+      if constexpr (kMax >= 4) return blocked_scores_run<Arch, 4, E>(blk, blocks, known, depth, q, s, lds, packs);
       break;
     case 8:
-      if constexpr (kMax >= 8) return blocked_scores_run<Arch, 8, E>(blk, blocks, known, depth, q, s, lds);
+      if constexpr (kMax >= 8) return blocked_scores_run<Arch, 8, E>(blk, blocks, known, depth, q, s, lds, packs);
       break;
   }
 }
