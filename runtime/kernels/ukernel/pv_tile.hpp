@@ -316,8 +316,9 @@ void pvt_block(float* ot, int64_t ldot, const float* alpha, const float* pt, int
 constexpr int64_t kVPrefetchBytes = 4096;
 
 // Decode's P·V on 16-register targets runs in sub-tiles of at most Tiles::kPvSubTileBytes of V (a
-// whole number of key blocks, at least one), so a group of more than four rows (two row blocks of
-// pv_rows_in_memory) reads each sub-tile's V from memory once and from L1 for the second block.
+// whole number of key blocks, at least one), so a group of more than four rows reads each
+// sub-tile's V from memory once (pv_rows_in_memory, the first four rows) and from L1 for the rest
+// (register blocks).
 // (Session 14 introduced them for the register blocks' column passes: each pass then requested its
 // own columns one sub-tile ahead, as they still do for one i8 row; pv_rows_in_memory replaced them
 // for the rest of decode.) Other targets take a tile's keys in one run (unlimited).
@@ -331,10 +332,10 @@ int64_t pv_sub_keys(int64_t value_vectors) {
 
 // O[rows][Dvp] = alpha·O + P·V over one key tile, split into register blocks. V holds elements of E.
 // `pf_limit` > 0 marks decode and turns on V prefetching: rows [0, pf_limit) from `v` exist. 16
-// registers: pv_rows_in_memory in blocks of four rows, the first requesting whole rows
-// kVPrefetchBytes ahead (one i8 row: register blocks, each pass requesting its columns a sub-tile
-// ahead); 32 registers: register blocks, the first pass requesting whole rows
-// kVPrefetchBytes ahead.
+// registers: the first four rows by pv_rows_in_memory, requesting whole rows kVPrefetchBytes
+// ahead, any further rows by register blocks from L1 (one i8 row: register blocks, each pass
+// requesting its columns a sub-tile ahead); 32 registers: register blocks, the first pass
+// requesting whole rows kVPrefetchBytes ahead.
 // Zen 3 (AVX2), decode, paired shares of a plain read, column passes (8a4efd4) → rows in memory,
 // alternated runs, three rounds (docs/performance.md, session 15): sdpa D2/D3/D5 68–81/71–78/68–79
 // → 78–85/83–91/77–80%, f32 cache D2/D3 70–79/69–73 → 77–87/84–88%, paged f32 67–74/66–69 →
@@ -349,25 +350,28 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
   constexpr int W = T::W;
   const int64_t row_bytes = value_vectors * W * static_cast<int64_t>(sizeof(E));
   const int64_t pf_keys = max64(1, kVPrefetchBytes / row_bytes);
+  int64_t r_begin = 0;
   if constexpr (!T::kManyRegs) {
     static_assert(T::kPvRows <= 4, "pv_in_memory_dispatch takes up to four rows");
     // (One row of an i8 V stays in the register blocks, as in session 14: two passes of 64 bytes,
     // a line each, each prefetching its columns a sub-tile ahead; with O in memory D1/D4 of
     // cache/attend-i8 lost 4–12 points of a read.)
+    // Only the first block of rows reads V from memory: the later ones (a GQA group of 8 or 16)
+    // find the sub-tile in L1 and take the register blocks, whose column passes run at the FMA
+    // rate (pv_rows_in_memory stores O every two keys). Zen 3, 2 threads, 8192 keys, D 128,
+    // alternated in one process: group 8 sdpa 56 -> 59%, f32 cache 60 -> 64% of a read; group 16
+    // 33 -> 36%, 39 -> 43%.
     if (pf_limit > 0 && !(std::is_same_v<E, I8> && rows == 1)) {
-      for (int64_t r0 = 0; r0 < rows; r0 += T::kPvRows) {
-        PvArgs a{oacc + r0 * ldo, ldo, alpha + r0, p + r0 * p_row_stride, p_row_stride, p_key_stride, v, ldv, keys};
-        if (r0 == 0) {
-          a.pf_keys = pf_keys;
-          a.pf_limit = pf_limit;
-          a.pf_bytes = row_bytes;
-        }
-        pv_in_memory_dispatch<Arch, E>(static_cast<int>(min64(T::kPvRows, rows - r0)), masked, a, value_vectors);
-      }
-      return;
+      PvArgs a{oacc, ldo, alpha, p, p_row_stride, p_key_stride, v, ldv, keys};
+      a.pf_keys = pf_keys;
+      a.pf_limit = pf_limit;
+      a.pf_bytes = row_bytes;
+      pv_in_memory_dispatch<Arch, E>(static_cast<int>(min64(T::kPvRows, rows)), masked, a, value_vectors);
+      r_begin = T::kPvRows;
+      pf_limit = 0;
     }
   }
-  for (int64_t r0 = 0; r0 < rows; r0 += T::kPvRows) {
+  for (int64_t r0 = r_begin; r0 < rows; r0 += T::kPvRows) {
     const int R = static_cast<int>(min64(T::kPvRows, rows - r0));
     const int nv_max = static_cast<int>(min64(kMaxPvNV, T::kAccRegs / R));
     for (int64_t c = 0; c < value_vectors; c += nv_max) {
