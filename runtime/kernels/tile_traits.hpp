@@ -28,9 +28,12 @@ struct Tiles {
   /// for the next sub-tile's lines as they arrive. 0 (32 registers): a tile's keys in one run.
   static constexpr int64_t kPvSubTileBytes = kManyRegs ? 0 : 16384;
   /// The narrow path's row pack (its score microkernels' rows), and the most rows it takes, in
-  /// packs: 32 registers one pack; 16 registers four (see flash_narrow.hpp).
+  /// packs: 32 registers one pack; 16 registers two (a GQA group of 8 on AVX2: 43 → 55% of a
+  /// read for sdpa, 47 → 63% for the f32 cache on Zen 3 against the wide path, alternated in one
+  /// process). Not more: with 16 rows MLA decode (D 576) ran 1.48× slower narrow than wide, a
+  /// group of 16 at D 128 the same either way.
   static constexpr int kNarrowMaxRows = W / 2 > 1 ? W / 2 : 1;
-  static constexpr int kNarrowRows = kManyRegs ? kNarrowMaxRows : 4 * kNarrowMaxRows;
+  static constexpr int kNarrowRows = kManyRegs ? kNarrowMaxRows : 2 * kNarrowMaxRows;
   static constexpr int kNarrowBlockKeys = 256;
   static_assert(kBlockKeys % kScoreKeys == 0, "a wide tile is a whole number of score calls");
   static_assert(kScoreKeys * kMaxRowVectors <= kAccRegs, "score accumulators fit the register budget");

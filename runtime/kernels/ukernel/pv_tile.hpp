@@ -356,11 +356,10 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
     // (One row of an i8 V stays in the register blocks, as in session 14: two passes of 64 bytes,
     // a line each, each prefetching its columns a sub-tile ahead; with O in memory D1/D4 of
     // cache/attend-i8 lost 4–12 points of a read.)
-    // Only the first block of rows reads V from memory: the later ones (a GQA group of 8 or 16)
-    // find the sub-tile in L1 and take the register blocks, whose column passes run at the FMA
-    // rate (pv_rows_in_memory stores O every two keys). Zen 3, 2 threads, 8192 keys, D 128,
-    // alternated in one process: group 8 sdpa 56 -> 59%, f32 cache 60 -> 64% of a read; group 16
-    // 33 -> 36%, 39 -> 43%.
+    // Only the first block of rows reads V from memory: a second (a GQA group of 8) finds the
+    // sub-tile in L1 and takes the register blocks, whose column passes run at the FMA rate
+    // (pv_rows_in_memory stores O every two keys). Zen 3, 2 threads, 8192 keys, D 128, alternated
+    // in one process: group 8 sdpa 56 -> 59%, f32 cache 60 -> 64% of a read.
     if (pf_limit > 0 && !(std::is_same_v<E, I8> && rows == 1)) {
       PvArgs a{oacc, ldo, alpha, p, p_row_stride, p_key_stride, v, ldv, keys};
       a.pf_keys = pf_keys;
