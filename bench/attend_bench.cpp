@@ -49,6 +49,9 @@ const std::vector<NamedShape>& shapes() {
       {"P6", {1, 8, 8, 2048, 2048, 80, true}, false},
       {"P7", {1, 8, 8, 2048, 2048, 256, true}, false},
       {"D5", {1, 32, 8, 1, 4096, 96, false}, true},
+      // GQA groups of 8 (Llama-3-70B's 64 query heads over 8 kv heads): 16-register targets score
+      // them in two row packs (session 17).
+      {"D7", {1, 64, 8, 1, 4096, 128, false}, true},
   };
   return list;
 }

@@ -124,12 +124,6 @@ void narrow_scores_phase(const FlashWork& w, const NarrowRows& R, const NarrowHe
     const E* next = pf_keys > 0 ? src.key_row(j0 + jg + W) : nullptr;
     const bool spread = R.row_pack > 1;
     if (next && !spread) prefetch_rows(next, w.k_row_stride, pf_keys, depth);
-    if (R.packs == 1) {  // (one pack called outside the loop: D1, MHA, lost 2–3 points of a read in it)
-      narrow_scores_dispatch<Arch, E>(R.row_pack, src.key_row(j0 + jg), w.k_row_stride, min64(W, nk - jg), h.qn, depth,
-                                      reinterpret_cast<const E*>(sh.zeros), h.s + jg, ldsn, R.nr,
-                                      spread ? next : nullptr, pf_keys);
-      continue;
-    }
     for (int p = 0; p < R.packs; ++p) {
       const int64_t r0 = p * R.row_pack;
       narrow_scores_dispatch<Arch, E>(R.row_pack, src.key_row(j0 + jg), w.k_row_stride, min64(W, nk - jg),

@@ -105,7 +105,7 @@ void pv_tile(const PvArgs& a) {
 // Zen 3's 3 loads + 1 store of 256 bits per cycle). The same FMAs in the same order as pv_tile
 // (the same bits: tested). Optional whole-row prefetch (PvArgs::pf_*), two rows per step.
 template <class Arch, int R, class T, bool Masked>
-void pv_rows_in_memory(const PvArgs& a, int64_t value_vectors) {
+[[gnu::noinline]] void pv_rows_in_memory(const PvArgs& a, int64_t value_vectors) {
   using B = vfloat<Arch>;
   constexpr int W = B::size;
   // The arguments are copied to locals first: O's stores could otherwise alias the PvArgs
