@@ -5,9 +5,11 @@
 // that start inside a block of the cache's blocked K layout.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <attend/attend.hpp>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -149,6 +151,31 @@ TEST(I8Quantisation, RowsRoundTripWithinHalfAStep) {
   for (int8_t v : q) EXPECT_EQ(v, 0);
   bad[3] = INFINITY;
   EXPECT_TRUE(std::isnan(numeric::quantize_i8_row(bad.data(), 16, q.data())));
+}
+
+// The codes are x / s rounded to nearest, ties to even (std::nearbyint's default mode), whatever
+// the row: with max|x| = 127 the scale is exactly 1, so every half-way value k + 0.5 is a tie.
+TEST(I8Quantisation, CodesRoundHalfWayToEven) {
+  std::vector<float> x;
+  for (int k = -127; k < 127; ++k) x.push_back(static_cast<float>(k) + 0.5f);
+  x.push_back(127.0f);
+  x.push_back(-0.0f);
+  x.push_back(0.4999999f);
+  std::vector<int8_t> q(x.size());
+  ASSERT_EQ(numeric::quantize_i8_row(x.data(), static_cast<int64_t>(x.size()), q.data()), 1.0f);
+  for (size_t d = 0; d < x.size(); ++d) EXPECT_EQ(q[d], static_cast<int8_t>(std::nearbyint(x[d]))) << x[d];
+  // Any scale: the codes are std::nearbyint(x / s), clamped to ±127.
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<float> y = random_values(rng, 128, -5.0f, 5.0f);
+    std::vector<int8_t> c(y.size());
+    const float s = numeric::quantize_i8_row(y.data(), 128, c.data());
+    for (size_t d = 0; d < y.size(); ++d)
+      EXPECT_EQ(c[d], static_cast<int8_t>(std::clamp(std::nearbyint(y[d] / s), -127.0f, 127.0f)));
+  }
+  std::vector<float> nan_row(16, 1.0f);
+  nan_row[5] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_TRUE(std::isnan(numeric::quantize_i8_row(nan_row.data(), 16, q.data())));
 }
 
 // An i8 cache takes a quarter of the f32 bytes for K and V, plus one f32 scale per token row.
