@@ -77,6 +77,14 @@ void pv_tile(const PvArgs& a) {
       for (uintptr_t line = (at + 63) & ~uintptr_t{63}; line < at + a.pf_bytes; line += 64)
         __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
     }
+    if constexpr (R == 1 && !Masked) {
+      // One row: each V vector is widened and used at once, so a widened (bf16, f16, i8) V needs
+      // one temporary instead of NV (loading all NV first spilled an accumulator: 8 + 8 + 1 > 16).
+      const B pb(p[0]);
+      ATTEND_UNROLL
+      for (int n = 0; n < NV; ++n) acc[0][n] = xsimd::fma(pb, load_float<Arch>(v + n * W), acc[0][n]);
+      continue;
+    }
     B vv[NV];
     ATTEND_UNROLL
     for (int n = 0; n < NV; ++n) vv[n] = load_float<Arch>(v + n * W);
