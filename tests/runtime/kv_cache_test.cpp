@@ -207,6 +207,18 @@ TEST(Conversions, RoundToNearestEvenAndSpecials) {
     if (std::isnan(f)) continue;
     ASSERT_EQ(numeric::to_f16(f), h) << std::hex << h;
   }
+  // Between every two adjacent finite f16 values of one sign: the exact midpoint (an f32) goes to
+  // the even one, one f32 ulp either side of it to the nearer one.
+  for (uint32_t h = 0; h < 0x7bff; ++h)
+    for (uint32_t sign : {0u, 0x8000u}) {
+      const float lo = numeric::from_f16(static_cast<uint16_t>(sign | h));
+      const float hi = numeric::from_f16(static_cast<uint16_t>(sign | (h + 1)));
+      const float mid = lo + (hi - lo) / 2;  // exact: f16 has 11 significant bits, f32 24
+      const uint32_t even = (h & 1u) ? h + 1 : h;
+      ASSERT_EQ(numeric::to_f16(mid), sign | even) << std::hex << h;
+      ASSERT_EQ(numeric::to_f16(std::nextafter(mid, lo)), sign | h) << std::hex << h;
+      ASSERT_EQ(numeric::to_f16(std::nextafter(mid, hi)), sign | (h + 1)) << std::hex << h;
+    }
 }
 
 TEST(KVCacheAppend, RejectsOverflowAndBadShapes) {
