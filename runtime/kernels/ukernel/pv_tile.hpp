@@ -138,77 +138,43 @@ template <class Arch, int R, class T, bool Masked>
       o = xsimd::fma(pb, vv, o);
     }
   };
-  if constexpr (!Masked) {
-    // Three keys per load and store of O: 12 broadcast weights for four rows, three V vectors and
-    // the accumulator fill the 16 registers (the masked step needs more: it keeps two keys).
-    // Zen 3, against two keys per O access, alternated in one process: L2-resident, one thread,
-    // 4 rows: i8 26.0 → 23.4 µs, bf16 25.9 → 24.5, f32 13.0 → 12.5; cold, each after a read: i8 D2
-    // 32–33 → 34–35%, bf16 D2 52 → 56%, bf16 D1 93 → 96% of a read, f32 within noise.
-    for (; j + 3 <= keys; j += 3, v += 3 * ldv, p += 3 * pks) {
-      for (int64_t k = 0; pf_bytes && k < 3 && j + k + pf_keys < pf_limit; ++k) {
+  // K keys per load and store of O: every key's weights for the R rows (broadcast), its V vector
+  // (widened), then per row O + the K products in key order.
+  auto keys_per_access = [&](auto k_count) {
+    constexpr int K = decltype(k_count)::value;
+    for (; j + K <= keys; j += K, v += K * ldv, p += K * pks) {
+      for (int64_t k = 0; pf_bytes && k < K && j + k + pf_keys < pf_limit; ++k) {
+        // Rows j + pf_keys on, whole: the lines that start inside each row (see pv_tile).
         const uintptr_t at = reinterpret_cast<uintptr_t>(v + (pf_keys + k) * ldv);
         for (uintptr_t line = (at + 63) & ~uintptr_t{63}; line < at + pf_bytes; line += 64)
           __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
       }
-      B p0[R], p1[R], p2[R];
+      B pk[K][R];
       ATTEND_UNROLL
-      for (int r = 0; r < R; ++r) {
-        p0[r] = B(p[r * prs]);
-        p1[r] = B(p[r * prs + pks]);
-        p2[r] = B(p[r * prs + 2 * pks]);
-      }
+      for (int k = 0; k < K; ++k)
+        for (int r = 0; r < R; ++r) pk[k][r] = B(p[r * prs + k * pks]);
       for (int64_t n = 0; n < value_vectors; ++n) {
-        const B v0 = load_float<Arch>(v + n * W), v1 = load_float<Arch>(v + ldv + n * W),
-                v2 = load_float<Arch>(v + 2 * ldv + n * W);
+        B vk[K];
+        ATTEND_UNROLL
+        for (int k = 0; k < K; ++k) vk[k] = load_float<Arch>(v + k * ldv + n * W);
         ATTEND_UNROLL
         for (int r = 0; r < R; ++r) {
           B acc = B::load_aligned(orow[r] + n * W);
-          step(p0[r], v0, acc);
-          step(p1[r], v1, acc);
-          step(p2[r], v2, acc);
+          ATTEND_UNROLL
+          for (int k = 0; k < K; ++k) step(pk[k][r], vk[k], acc);
           acc.store_aligned(orow[r] + n * W);
         }
       }
     }
-  }
-  for (; j + 2 <= keys; j += 2, v += 2 * ldv, p += 2 * pks) {
-    for (int64_t k = 0; pf_bytes && k < 2 && j + k + pf_keys < pf_limit; ++k) {
-      // Rows j + pf_keys on, whole: the lines that start inside each row (see pv_tile).
-      const uintptr_t at = reinterpret_cast<uintptr_t>(v + (pf_keys + k) * ldv);
-      for (uintptr_t line = (at + 63) & ~uintptr_t{63}; line < at + pf_bytes; line += 64)
-        __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
-    }
-    B p0[R], p1[R];
-    ATTEND_UNROLL
-    for (int r = 0; r < R; ++r) {
-      p0[r] = B(p[r * prs]);
-      p1[r] = B(p[r * prs + pks]);
-    }
-    for (int64_t n = 0; n < value_vectors; ++n) {
-      const B v0 = load_float<Arch>(v + n * W), v1 = load_float<Arch>(v + ldv + n * W);
-      ATTEND_UNROLL
-      for (int r = 0; r < R; ++r) {
-        B acc = B::load_aligned(orow[r] + n * W);
-        step(p0[r], v0, acc);
-        step(p1[r], v1, acc);
-        acc.store_aligned(orow[r] + n * W);
-      }
-    }
-  }
-  for (; j < keys; ++j, v += ldv, p += pks) {
-    B p0[R];
-    ATTEND_UNROLL
-    for (int r = 0; r < R; ++r) p0[r] = B(p[r * prs]);
-    for (int64_t n = 0; n < value_vectors; ++n) {
-      const B v0 = load_float<Arch>(v + n * W);
-      ATTEND_UNROLL
-      for (int r = 0; r < R; ++r) {
-        B acc = B::load_aligned(orow[r] + n * W);
-        step(p0[r], v0, acc);
-        acc.store_aligned(orow[r] + n * W);
-      }
-    }
-  }
+  };
+  // Unmasked: three keys per O access — 12 broadcast weights for four rows, three V vectors and
+  // the accumulator fill the 16 registers (the masked step needs more: it keeps two). Zen 3,
+  // against two keys per O access, alternated in one process: L2-resident, one thread, 4 rows: i8
+  // 26.0 → 23.4 µs, bf16 25.9 → 24.5, f32 13.0 → 12.5; cold, each after a read: i8 D2 32–33 →
+  // 34–35%, bf16 D2 52 → 56%, bf16 D1 93 → 96% of a read, f32 within noise.
+  if constexpr (!Masked) keys_per_access(std::integral_constant<int, 3>{});
+  keys_per_access(std::integral_constant<int, 2>{});
+  keys_per_access(std::integral_constant<int, 1>{});
 }
 
 template <class Arch, class T>
