@@ -170,6 +170,7 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     w.window = pr.window;
     w.key_begin = std::min(e.num_keys, split * p.split_keys);
     w.key_end = std::min(e.num_keys, w.key_begin + p.split_keys);
+    w.stream_keys = p.row_blocks == 1;
     w.scale = pr.scale;
     w.softcap = pr.softcap;
     w.alibi = pr.alibi ? pr.alibi + h0 : nullptr;

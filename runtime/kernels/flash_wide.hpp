@@ -96,20 +96,33 @@ void wide_scores(const FlashWork& w, const KvSource<E>& src, float* kpanel, cons
   const int r_full = static_cast<int>(min64(kMaxScoreR, T::kAccRegs / nvr));
   static_assert(T::kBlockKeys % kWideR == 0 && T::kBlockKeys % 4 == 0, "no tile ends in a short call");
   const float* krow[kWideR];
-  // One vector of query rows (decode-shaped: a GQA group, MLA's 16 heads): K is streamed from memory
-  // once, so its rows are fetched 8 calls (a tile) ahead, through the P·V phase too. MLA decode (D6,
-  // 16 rows, D 576): 2.25 → 1.8–1.95 ms with both changes, alternating runs.
-  const bool stream_k = nvr == 1 && std::is_same_v<E, float> && !w.k_blocked;
+  // Row-major f32 K streamed from memory. 32 registers, one vector of query rows (decode-shaped: a
+  // GQA group, MLA's 16 heads): each call fetches the rows 8 calls (a tile) ahead in a burst,
+  // through the P·V phase too — MLA decode (D6, 16 rows, D 576, Zen 5): 2.25 → 1.8–1.95 ms with
+  // both changes, alternating runs. 16 registers, when the block holds all of its kv head's rows
+  // (FlashWork::stream_keys): each call requests the next call's rows as it reads its own
+  // (ScoreArgs::pf_ahead). Zen 3, two threads, LLC flushed, against the burst on one row vector
+  // and nothing on more, alternated in one process: MLA decode (D6: 2 row vectors) 4.46/4.73 →
+  // 3.73/3.80 ms, a group of 16 at D 128 (2) 1.30/1.31 → 1.07/1.05, of 32 (4) 3.28/2.95 →
+  // 2.70/2.62, of 4 at D 100 (1) 2.83/2.72 → 2.66/2.54; the next call's rows beat the one after.
+  // Prefill (several row blocks share each key, from L2) is left alone.
+  const bool row_k = std::is_same_v<E, float> && !w.k_blocked;
+  const bool burst_k = T::kManyRegs && nvr == 1 && row_k;
+  const bool spread_k = !T::kManyRegs && w.stream_keys && row_k;
   for (int64_t jj = 0; jj < nk;) {
     const bool wide_r = nvr == 1 && jj + kWideR <= nk;
     const int R = wide_r ? kWideR : static_cast<int>(min64(r_full, nk - jj));
-    if (stream_k) {
+    if (burst_k) {
       const int64_t n_ahead = min64(R, w.key_end - (j0 + jj + 8 * R));
       if (n_ahead > 0) prefetch_rows(reinterpret_cast<const float*>(src.key_row(j0 + jj + 8 * R)), ldk, n_ahead, depth);
     }
     for (int r = 0; r < R; ++r) krow[r] = key_ptr(jj + r);
     ScoreArgs a{krow, qt, ldr, depth, st + jj * ldr, ldr, colmax};
     a.kstep = w.k_blocked ? kKeyBlock : 1;
+    if (spread_k && w.key_end - (j0 + jj + R) > 0) {
+      a.pf_ahead = R * ldk;
+      a.pf_rows = static_cast<int>(min64(R, w.key_end - (j0 + jj + R)));
+    }
     a.softcap = w.softcap;
     if (w.alibi) {
       a.slope = slope;

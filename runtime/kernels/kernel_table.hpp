@@ -78,6 +78,9 @@ struct FlashWork {
 
   // The key range this work item covers (a split of [0, Nk) for split-K decode, else all keys).
   int64_t key_begin, key_end;
+  // The block holds every query row of its kv head (decode-shaped: a GQA group, MLA's heads), so
+  // no other work item reads these keys: K comes from memory, once. The wide path fetches it ahead.
+  bool stream_keys;
 
   float scale;  // multiplies Q·Kᵀ (folded into Q once)
 

@@ -123,8 +123,9 @@ bool close(double got, double want, double magnitude, double tol = 4e-6) {
 
 // ---------------------------------------------------------------------------------------------
 // score_tile: Sᵀ[keys][rows] = K·Qᵀ over a wide tile, walked as flash_wide walks it (up to
-// kAccRegs / nv keys per call for nv = ceil(rows / W) row vectors), with the fused column max; K in rows and, as a
-// cache holds it, blocked ([D][kKeyBlock] per kKeyBlock keys, read with kstep = kKeyBlock).
+// kAccRegs / nv keys per call for nv = ceil(rows / W) row vectors), with the fused column max; K in rows (with and
+// without the next call's rows prefetched) and, as a cache holds it, blocked ([D][kKeyBlock] per kKeyBlock keys, read
+// with kstep = kKeyBlock).
 template <class Arch>
 void score_cases(UkernelReport& r) {
   using T = Tiles<Arch>;
@@ -161,6 +162,12 @@ void score_cases(UkernelReport& r) {
             for (int i = 0; i < R; ++i) krow[i] = k.p + kat(j + i, 0);
             ScoreArgs a{krow, qt.p, ldr, depth, st.p + j * ldr, ldr, colmax.p};
             a.kstep = kstep;
+            // Row-major K, every other key count: the next call's rows requested as decode's
+            // wide path requests them (ScoreArgs::pf_ahead); the sums must not change.
+            if (!blocked && ik % 2 == 1 && nk - (j + R) > 0) {
+              a.pf_ahead = R * depth;
+              a.pf_rows = static_cast<int>(min64(R, nk - (j + R)));
+            }
             score_dispatch<Arch>(R, nv, a);
           }
           ++r.cases;

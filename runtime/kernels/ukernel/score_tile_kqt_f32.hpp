@@ -31,6 +31,13 @@ struct ScoreArgs {
   const float* pos = nullptr;
   float key0 = 0.0f;
   int64_t kstep = 1;
+  // Optional software prefetch (row-major K streamed from memory, kstep 1): while key r's row is
+  // read, the line pf_ahead floats further (the same depth of key r + R, the next call's) is
+  // requested as the row's own line is begun (every 16 depth steps), for rows r < pf_rows. The
+  // requests follow the reading, so they spread over the call's FMAs instead of stalling the core
+  // in a burst. 0: none.
+  int64_t pf_ahead = 0;
+  int pf_rows = 0;
 };
 
 template <class Arch, int R, int NV>
@@ -46,7 +53,14 @@ void score_tile(const ScoreArgs& a) {
   for (int r = 0; r < R; ++r) kr[r] = a.krow[r];
   const float* qt = a.qt;
   const int64_t kstep = a.kstep;
+  const int64_t pf_ahead = a.pf_ahead;
+  const int pf_rows = a.pf_rows;
   for (int64_t d = 0, kd = 0; d < a.depth; ++d, kd += kstep, qt += a.ldq) {
+    if (pf_ahead && (d & 15) == 0) {
+      ATTEND_UNROLL
+      for (int r = 0; r < R; ++r)
+        if (r < pf_rows) __builtin_prefetch(kr[r] + kd + pf_ahead, 0, 3);
+    }
     B q[NV];
     ATTEND_UNROLL
     for (int n = 0; n < NV; ++n) q[n] = B::load_aligned(qt + n * W);
