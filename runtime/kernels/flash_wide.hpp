@@ -105,7 +105,11 @@ void wide_scores(const FlashWork& w, const KvSource<E>& src, float* kpanel, cons
   // and nothing on more, alternated in one process: MLA decode (D6: 2 row vectors) 4.46/4.73 →
   // 3.73/3.80 ms, a group of 16 at D 128 (2) 1.30/1.31 → 1.07/1.05, of 32 (4) 3.28/2.95 →
   // 2.70/2.62, of 4 at D 100 (1) 2.83/2.72 → 2.66/2.54; the next call's rows beat the one after.
-  // Prefill (several row blocks share each key, from L2) is left alone.
+  // With them, the V rows of the call's own keys (ScoreArgs::pf_v), for the P·V after the tile's
+  // scores, which took 1.6× the scores' time for the same FMAs: group of 16 1.00/0.91 → 0.81/0.75
+  // ms, of 32 2.01/1.96 → 1.67/1.67, of 4 at D 100 2.22/2.16 → 1.61/1.68 (32 heads at D 100: 7.40/
+  // 7.32 → 6.05/6.22); MLA with V as a copy within noise. Prefill (several row blocks share each
+  // key, from L2) is left alone.
   const bool row_k = std::is_same_v<E, float> && !w.k_blocked;
   const bool burst_k = T::kManyRegs && nvr == 1 && row_k;
   const bool spread_k = !T::kManyRegs && w.stream_keys && row_k;
@@ -122,6 +126,11 @@ void wide_scores(const FlashWork& w, const KvSource<E>& src, float* kpanel, cons
     if (spread_k && w.key_end - (j0 + jj + R) > 0) {
       a.pf_ahead = R * ldk;
       a.pf_rows = static_cast<int>(min64(R, w.key_end - (j0 + jj + R)));
+    }
+    if (spread_k && w.v != w.k) {  // (MLA's V inside K: its lines are K's)
+      a.pf_v = reinterpret_cast<const float*>(src.value(j0 + jj));
+      a.pf_v_stride = w.v_row_stride;
+      a.pf_v_floats = w.value_dim;
     }
     a.softcap = w.softcap;
     if (w.alibi) {

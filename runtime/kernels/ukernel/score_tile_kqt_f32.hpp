@@ -38,6 +38,11 @@ struct ScoreArgs {
   // in a burst. 0: none.
   int64_t pf_ahead = 0;
   int pf_rows = 0;
+  // Optional: the V rows of this call's keys (pf_v + r·pf_v_stride, pf_v_floats floats each),
+  // requested along with K's (the P·V phase that follows the tile's scores then finds them in
+  // cache). Null: none.
+  const float* pf_v = nullptr;
+  int64_t pf_v_stride = 0, pf_v_floats = 0;
 };
 
 template <class Arch, int R, int NV>
@@ -54,12 +59,17 @@ void score_tile(const ScoreArgs& a) {
   const float* qt = a.qt;
   const int64_t kstep = a.kstep;
   const int64_t pf_ahead = a.pf_ahead;
-  const int pf_rows = a.pf_rows;
+  const int pf_rows = pf_ahead ? a.pf_rows : 0;
+  const bool pf = pf_rows > 0 || a.pf_v;
   for (int64_t d = 0, kd = 0; d < a.depth; ++d, kd += kstep, qt += a.ldq) {
-    if (pf_ahead && (d & 15) == 0) {
+    if (pf && (d & 15) == 0) {
       ATTEND_UNROLL
       for (int r = 0; r < R; ++r)
         if (r < pf_rows) __builtin_prefetch(kr[r] + kd + pf_ahead, 0, 3);
+      if (a.pf_v && d < a.pf_v_floats) {
+        ATTEND_UNROLL
+        for (int r = 0; r < R; ++r) __builtin_prefetch(a.pf_v + r * a.pf_v_stride + d, 0, 3);
+      }
     }
     B q[NV];
     ATTEND_UNROLL
@@ -84,6 +94,9 @@ void score_tile(const ScoreArgs& a) {
       for (int r = 0; r < R; ++r) acc[r][n] = xsimd::fma(slope, B(a.key0 + static_cast<float>(r)) - pos, acc[r][n]);
     }
   }
+  if (a.pf_v)  // (value rows longer than the depth)
+    for (int64_t e = round_up(a.depth, 16); e < a.pf_v_floats; e += 16)
+      for (int r = 0; r < R; ++r) __builtin_prefetch(a.pf_v + r * a.pf_v_stride + e, 0, 3);
   ATTEND_UNROLL
   for (int r = 0; r < R; ++r)
     for (int n = 0; n < NV; ++n) acc[r][n].store_aligned(a.out + r * a.ldo + n * W);
