@@ -108,11 +108,13 @@ void wide_scores(const FlashWork& w, const KvSource<E>& src, float* kpanel, cons
   // With them, the V rows of the call's own keys (ScoreArgs::pf_v), for the P·V after the tile's
   // scores, which took 1.6× the scores' time for the same FMAs: group of 16 1.00/0.91 → 0.81/0.75
   // ms, of 32 2.01/1.96 → 1.67/1.67, of 4 at D 100 2.22/2.16 → 1.61/1.68 (32 heads at D 100: 7.40/
-  // 7.32 → 6.05/6.22); MLA with V as a copy within noise. Prefill (several row blocks share each
-  // key, from L2) is left alone.
-  const bool row_k = std::is_same_v<E, float> && !w.k_blocked;
-  const bool burst_k = T::kManyRegs && nvr == 1 && row_k;
-  const bool spread_k = !T::kManyRegs && w.stream_keys && row_k;
+  // 7.32 → 6.05/6.22); MLA with V as a copy within noise. The V rows alone for a blocked K (a
+  // cache; its next block requested a line per depth step added nothing): the f32 cache, group of
+  // 16, 1.15/1.05 → 0.90/0.91 ms. Prefill (several row blocks share each key, from L2) is left
+  // alone.
+  const bool f32_kv = std::is_same_v<E, float>;
+  const bool burst_k = T::kManyRegs && nvr == 1 && f32_kv && !w.k_blocked;
+  const bool ahead = !T::kManyRegs && w.stream_keys && f32_kv;
   for (int64_t jj = 0; jj < nk;) {
     const bool wide_r = nvr == 1 && jj + kWideR <= nk;
     const int R = wide_r ? kWideR : static_cast<int>(min64(r_full, nk - jj));
@@ -123,11 +125,12 @@ void wide_scores(const FlashWork& w, const KvSource<E>& src, float* kpanel, cons
     for (int r = 0; r < R; ++r) krow[r] = key_ptr(jj + r);
     ScoreArgs a{krow, qt, ldr, depth, st + jj * ldr, ldr, colmax};
     a.kstep = w.k_blocked ? kKeyBlock : 1;
-    if (spread_k && w.key_end - (j0 + jj + R) > 0) {
+    if (ahead && !w.k_blocked && w.key_end - (j0 + jj + R) > 0) {
       a.pf_ahead = R * ldk;
       a.pf_rows = static_cast<int>(min64(R, w.key_end - (j0 + jj + R)));
     }
-    if (spread_k && w.v != w.k) {  // (MLA's V inside K: its lines are K's)
+    // (MLA's V inside K: its lines are K's; a paged call's V rows are evenly spaced within a page)
+    if (ahead && w.v != w.k && (!w.pages || (j0 + jj) / w.page_tokens == (j0 + jj + R - 1) / w.page_tokens)) {
       a.pf_v = reinterpret_cast<const float*>(src.value(j0 + jj));
       a.pf_v_stride = w.v_row_stride;
       a.pf_v_floats = w.value_dim;

@@ -162,11 +162,11 @@ void score_cases(UkernelReport& r) {
             for (int i = 0; i < R; ++i) krow[i] = k.p + kat(j + i, 0);
             ScoreArgs a{krow, qt.p, ldr, depth, st.p + j * ldr, ldr, colmax.p};
             a.kstep = kstep;
-            // Row-major K, every other key count: the next call's rows and "V" rows (K's, some
-            // longer than the depth) requested as decode's wide path requests them
-            // (ScoreArgs::pf_ahead, pf_v); the sums must not change.
-            if (!blocked && ik % 2 == 1) {
-              if (nk - (j + R) > 0) {
+            // Every other key count: "V" rows (K's, some longer than the depth) and, row-major,
+            // the next call's K rows requested as decode's wide path requests them
+            // (ScoreArgs::pf_v, pf_ahead); the sums must not change.
+            if (ik % 2 == 1) {
+              if (!blocked && nk - (j + R) > 0) {
                 a.pf_ahead = R * depth;
                 a.pf_rows = static_cast<int>(min64(R, nk - (j + R)));
               }
