@@ -52,6 +52,9 @@ const std::vector<NamedShape>& shapes() {
       // GQA groups of 8 (Llama-3-70B's 64 query heads over 8 kv heads): 16-register targets score
       // them in two row packs (session 17).
       {"D7", {1, 64, 8, 1, 4096, 128, false}, true},
+      // Groups of 16 (Llama-3.1-405B: 128 query heads over 8 kv heads): past the narrow path's
+      // rows on every target, the wide path's decode (session 19).
+      {"D8", {1, 128, 8, 1, 4096, 128, false}, true},
   };
   return list;
 }

@@ -96,22 +96,19 @@ void wide_scores(const FlashWork& w, const KvSource<E>& src, float* kpanel, cons
   const int r_full = static_cast<int>(min64(kMaxScoreR, T::kAccRegs / nvr));
   static_assert(T::kBlockKeys % kWideR == 0 && T::kBlockKeys % 4 == 0, "no tile ends in a short call");
   const float* krow[kWideR];
-  // Row-major f32 K streamed from memory. 32 registers, one vector of query rows (decode-shaped: a
-  // GQA group, MLA's 16 heads): each call fetches the rows 8 calls (a tile) ahead in a burst,
-  // through the P·V phase too — MLA decode (D6, 16 rows, D 576, Zen 5): 2.25 → 1.8–1.95 ms with
-  // both changes, alternating runs. 16 registers, when the block holds all of its kv head's rows
-  // (FlashWork::stream_keys): each call requests the next call's rows as it reads its own
-  // (ScoreArgs::pf_ahead). Zen 3, two threads, LLC flushed, against the burst on one row vector
-  // and nothing on more, alternated in one process: MLA decode (D6: 2 row vectors) 4.46/4.73 →
-  // 3.73/3.80 ms, a group of 16 at D 128 (2) 1.30/1.31 → 1.07/1.05, of 32 (4) 3.28/2.95 →
-  // 2.70/2.62, of 4 at D 100 (1) 2.83/2.72 → 2.66/2.54; the next call's rows beat the one after.
-  // With them, the V rows of the call's own keys (ScoreArgs::pf_v), for the P·V after the tile's
-  // scores, which took 1.6× the scores' time for the same FMAs: group of 16 1.00/0.91 → 0.81/0.75
-  // ms, of 32 2.01/1.96 → 1.67/1.67, of 4 at D 100 2.22/2.16 → 1.61/1.68 (32 heads at D 100: 7.40/
-  // 7.32 → 6.05/6.22); MLA with V as a copy within noise. The V rows alone for a blocked K (a
-  // cache; its next block requested a line per depth step added nothing): the f32 cache, group of
-  // 16, 1.15/1.05 → 0.90/0.91 ms. Prefill (several row blocks share each key, from L2) is left
-  // alone.
+  // f32 K/V streamed from memory. 32 registers, one vector of query rows (decode-shaped: a GQA
+  // group, MLA's 16 heads), row-major K: each call fetches the rows 8 calls (a tile) ahead in a
+  // burst, through the P·V phase too — MLA decode (D6, 16 rows, D 576, Zen 5): 2.25 → 1.8–1.95 ms
+  // with both changes, alternating runs. 16 registers, when the block holds all of its kv head's
+  // rows (FlashWork::stream_keys): each call requests the next call's K rows (row-major) as it
+  // reads its own (ScoreArgs::pf_ahead), and the V rows of its own keys (ScoreArgs::pf_v) for the
+  // P·V after the tile's scores. Zen 3, two threads, LLC flushed, each variant right after a plain
+  // read, alternated in one process, against the burst on one row vector and nothing on more:
+  // a group of 16 at D 128 (2 row vectors) 1.17/1.14 → 0.96/0.95 ms (V alone: 1.10/1.10), of 32
+  // (4) 2.33/2.33 → 1.82/1.76, of 4 at D 100 (1) 2.14/2.11 → 1.57/1.59; MLA decode (2) 4.34/4.20 →
+  // 3.71/3.65; a blocked K (a cache; its next block requested a line per depth step added
+  // nothing), V alone: the f32 cache, group of 16, 1.03/0.96 → 0.94/0.91. The next call's rows
+  // beat the one after. Prefill (several row blocks share each key, from L2) is left alone.
   const bool f32_kv = std::is_same_v<E, float>;
   const bool burst_k = T::kManyRegs && nvr == 1 && f32_kv && !w.k_blocked;
   const bool ahead = !T::kManyRegs && w.stream_keys && f32_kv;
