@@ -123,9 +123,9 @@ bool close(double got, double want, double magnitude, double tol = 4e-6) {
 
 // ---------------------------------------------------------------------------------------------
 // score_tile: Sᵀ[keys][rows] = K·Qᵀ over a wide tile, walked as flash_wide walks it (up to
-// kAccRegs / nv keys per call for nv = ceil(rows / W) row vectors), with the fused column max; K in rows (with and
-// without the next call's rows prefetched) and, as a cache holds it, blocked ([D][kKeyBlock] per kKeyBlock keys, read
-// with kstep = kKeyBlock).
+// kAccRegs / nv keys per call for nv = ceil(rows / W) row vectors), with the fused column max; K in rows and, as a
+// cache holds it, blocked ([D][kKeyBlock] per kKeyBlock keys, read with kstep = kKeyBlock); with and without the
+// K and V rows that decode requests ahead (ScoreArgs::pf_ahead, pf_v).
 template <class Arch>
 void score_cases(UkernelReport& r) {
   using T = Tiles<Arch>;
