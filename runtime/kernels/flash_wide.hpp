@@ -96,29 +96,26 @@ void wide_scores(const FlashWork& w, const KvSource<E>& src, float* kpanel, cons
   const int r_full = static_cast<int>(min64(kMaxScoreR, T::kAccRegs / nvr));
   static_assert(T::kBlockKeys % kWideR == 0 && T::kBlockKeys % 4 == 0, "no tile ends in a short call");
   const float* krow[kWideR];
-  // f32 K/V streamed from memory. 32 registers, one vector of query rows (decode-shaped: a GQA
-  // group, MLA's 16 heads), row-major K: each call fetches the rows 8 calls (a tile) ahead in a
-  // burst, through the P·V phase too — MLA decode (D6, 16 rows, D 576, Zen 5): 2.25 → 1.8–1.95 ms
-  // with both changes, alternating runs. 16 registers, when the block holds all of its kv head's
-  // rows (FlashWork::stream_keys): each call requests the next call's K rows (row-major) as it
-  // reads its own (ScoreArgs::pf_ahead), and the V rows of its own keys (ScoreArgs::pf_v) for the
-  // P·V after the tile's scores. Zen 3, two threads, LLC flushed, each variant right after a plain
-  // read, alternated in one process, against the burst on one row vector and nothing on more:
-  // a group of 16 at D 128 (2 row vectors) 1.17/1.14 → 0.96/0.95 ms (V alone: 1.10/1.10), of 32
-  // (4) 2.33/2.33 → 1.82/1.76, of 4 at D 100 (1) 2.14/2.11 → 1.57/1.59; MLA decode (2) 4.34/4.20 →
-  // 3.71/3.65; a blocked K (a cache; its next block requested a line per depth step added
-  // nothing), V alone: the f32 cache, group of 16, 1.03/0.96 → 0.94/0.91. The next call's rows
-  // beat the one after. Prefill (several row blocks share each key, from L2) is left alone.
-  const bool f32_kv = std::is_same_v<E, float>;
-  const bool burst_k = T::kManyRegs && nvr == 1 && f32_kv && !w.k_blocked;
-  const bool ahead = !T::kManyRegs && w.stream_keys && f32_kv;
+  // f32 K/V streamed from memory, when the block holds all of its kv head's rows
+  // (FlashWork::stream_keys: decode-shaped, a GQA group, MLA's heads): each call requests the next
+  // call's K rows (row-major) as it reads its own (ScoreArgs::pf_ahead), and the V rows of its own
+  // keys (ScoreArgs::pf_v) for the P·V after the tile's scores; the requests follow the reading,
+  // spread over the FMAs. Two threads, LLC flushed, each variant right after a plain read,
+  // alternated in one process. Zen 3 (16 registers), against one row vector fetching K 8 calls
+  // ahead in a burst and nothing on more: a group of 16 at D 128 (2 row vectors) 1.17/1.14 →
+  // 0.96/0.95 ms (V alone: 1.10/1.10), of 32 (4) 2.33/2.33 → 1.82/1.76, of 4 at D 100 (1) 2.14/2.11
+  // → 1.57/1.59; MLA decode (2) 4.34/4.20 → 3.71/3.65; a blocked K (a cache; its next block
+  // requested a line per depth step added nothing), V alone: the f32 cache, group of 16,
+  // 1.03/0.96 → 0.94/0.91. Zen 5 (32 registers: one row vector for 16 rows), against that burst
+  // (which had taken MLA decode from 2.25 to 1.8–1.95 ms): MLA decode 2.19/2.13 → 1.67/1.66 ms
+  // (burst + these requests: 1.85/1.85), a group of 16 at D 128 1.72/1.64 → 1.03/0.95, of 32 (2 row
+  // vectors, no burst before) 2.66/2.62 → 1.40/1.36, of 4 at D 100 1.06/1.04 → 0.68/0.66. The next
+  // call's rows beat the one after. Prefill (several row blocks share each key, from L2) is left
+  // alone.
+  const bool ahead = w.stream_keys && std::is_same_v<E, float>;
   for (int64_t jj = 0; jj < nk;) {
     const bool wide_r = nvr == 1 && jj + kWideR <= nk;
     const int R = wide_r ? kWideR : static_cast<int>(min64(r_full, nk - jj));
-    if (burst_k) {
-      const int64_t n_ahead = min64(R, w.key_end - (j0 + jj + 8 * R));
-      if (n_ahead > 0) prefetch_rows(reinterpret_cast<const float*>(src.key_row(j0 + jj + 8 * R)), ldk, n_ahead, depth);
-    }
     for (int r = 0; r < R; ++r) krow[r] = key_ptr(jj + r);
     ScoreArgs a{krow, qt, ldr, depth, st + jj * ldr, ldr, colmax};
     a.kstep = w.k_blocked ? kKeyBlock : 1;
