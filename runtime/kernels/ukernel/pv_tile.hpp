@@ -338,6 +338,16 @@ int64_t pv_sub_keys(int64_t value_vectors) {
   return max64(kKeyBlock, kBytes / row_bytes / kKeyBlock * kKeyBlock);
 }
 
+// The width of each column pass over `vectors` value vectors with at most `widest` per pass: as
+// few passes as that allows, of balanced widths — Dv 80 on AVX-512 as 3 + 2 vectors rather than
+// 4 + 1 (a one-vector pass has 6 FMA chains for 7 loads per key). Zen 5, two threads, causal
+// 2048², 8 heads, alternated in one process: D 80 14.15/13.93 → 13.59/13.50 ms, D 96 (4 + 2 →
+// 3 + 3) 16.01/15.97 → 15.93/15.84; AVX2 decode and prefill unchanged.
+inline int balanced_pass_width(int64_t vectors, int64_t widest) {
+  const int64_t passes = (vectors + widest - 1) / widest;
+  return static_cast<int>((vectors + passes - 1) / passes);
+}
+
 // O[rows][Dvp] = alpha·O + P·V over one key tile, split into register blocks. V holds elements of E.
 // `pf_limit` > 0 marks decode and turns on V prefetching: rows [0, pf_limit) from `v` exist. 16
 // registers: the first four rows by pv_rows_in_memory, requesting whole rows kVPrefetchBytes
@@ -380,12 +390,7 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
   }
   for (int64_t r0 = r_begin; r0 < rows; r0 += T::kPvRows) {
     const int R = static_cast<int>(min64(T::kPvRows, rows - r0));
-    // As few column passes as the accumulators allow, of balanced widths: Dv 80 on AVX-512 as 3 + 2
-    // vectors rather than 4 + 1 (a one-vector pass has 6 FMA chains for 7 loads per key). Zen 5, two
-    // threads, causal 2048², 8 heads, alternated in one process: D 80 14.15/13.93 → 13.59/13.50 ms,
-    // D 96 (4 + 2 → 3 + 3) 16.01/15.97 → 15.93/15.84; AVX2 decode and prefill unchanged.
-    const int64_t widest = min64(kMaxPvNV, T::kAccRegs / R), passes = (value_vectors + widest - 1) / widest;
-    const int nv_max = static_cast<int>((value_vectors + passes - 1) / passes);
+    const int nv_max = balanced_pass_width(value_vectors, min64(kMaxPvNV, T::kAccRegs / R));
     for (int64_t c = 0; c < value_vectors; c += nv_max) {
       const int nv = static_cast<int>(min64(nv_max, value_vectors - c));
       PvArgs a{oacc + r0 * ldo + c * W,
