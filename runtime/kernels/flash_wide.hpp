@@ -109,9 +109,9 @@ void wide_scores(const FlashWork& w, const KvSource<E>& src, float* kpanel, cons
   // 1.03/0.96 → 0.94/0.91. Zen 5 (32 registers: one row vector for 16 rows), against that burst
   // (which had taken MLA decode from 2.25 to 1.8–1.95 ms): MLA decode 2.19/2.13 → 1.67/1.66 ms
   // (burst + these requests: 1.85/1.85), a group of 16 at D 128 1.72/1.64 → 1.03/0.95, of 32 (2 row
-  // vectors, no burst before) 2.66/2.62 → 1.40/1.36, of 4 at D 100 1.06/1.04 → 0.68/0.66. The next
-  // call's rows beat the one after. Prefill (several row blocks share each key, from L2) is left
-  // alone.
+  // vectors, no burst before) 2.66/2.62 → 1.40/1.36, of 4 at D 100 1.06/1.04 → 0.68/0.66; the f32 cache's blocked K (V
+  // requests only), group of 16 at D 128 1.54/1.52/1.58 → 1.14/1.15/1.15 ms. The next call's rows beat the one after on
+  // Zen 3 (Zen 5: 1–4 calls ahead alike). Prefill (several row blocks share each key, from L2) is left alone.
   const bool ahead = w.stream_keys && std::is_same_v<E, float>;
   for (int64_t jj = 0; jj < nk;) {
     const bool wide_r = nvr == 1 && jj + kWideR <= nk;
