@@ -97,7 +97,8 @@ struct Bf16Wide {
   }
 
   // Sᵀ = K·Qᵀ for keys [j0, j0 + nk), K rounded to bf16 rows first.
-  void scores(const KvSource<E>& src, int64_t j0, int64_t nk, float* st, float* colmax) {
+  // Row vectors [nv0, nv1) only.
+  void scores(const KvSource<E>& src, int64_t j0, int64_t nk, int nv0, int nv1, float* st, float* colmax) {
     uint16_t* rows16 = reinterpret_cast<uint16_t*>(k2);
     if (std::is_same_v<E, float> && !w.k_blocked) {
       for (int64_t j = 0; j < nk; ++j)
@@ -119,10 +120,10 @@ struct Bf16Wide {
       // f32 path, whose P·V reads V in place, unchanged by the same requests).
       for (int r = 0; r < R; ++r) prefetch_rows(src.value(j0 + jj + r), 0, 1, w.value_dim);
       for (int r = 0; r < R; ++r) krow[r] = k2 + (jj + r) * (kd / 2);
-      for (int64_t n0 = 0; n0 < nvr; n0 += kBf16MaxNV) {  // up to 8 row vectors, 4 per call
+      for (int64_t n0 = nv0; n0 < nv1; n0 += kBf16MaxNV) {  // up to 8 row vectors, 4 per call
         const ScoreBf16Args a{
             krow, qt2 + n0 * 16, ldr, pairs, st + jj * ldr + n0 * 16, ldr, colmax ? colmax + n0 * 16 : nullptr};
-        score_bf16_dispatch(R, static_cast<int>(min64(kBf16MaxNV, nvr - n0)), a);
+        score_bf16_dispatch(R, static_cast<int>(min64(kBf16MaxNV, nv1 - n0)), a);
       }
     }
   }
@@ -131,8 +132,9 @@ struct Bf16Wide {
   // pairs of consecutive keys. Returns false, computing nothing, when the tile has masked keys
   // (`masked`) and V holds a NaN or an infinity: a masked key's weight is exactly 0, but 0·inf in a
   // pair's product would reach rows that never saw the key — the f32 P·V skips zero weights.
+  // Rows of the row vectors [nv0, nv1) only.
   bool pv(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alpha, const float* st, int64_t j0, int64_t nk,
-          bool masked) {
+          int nv0, int nv1, bool masked) {
     const int64_t key_pairs = (nk + 1) / 2, dv = w.value_dim;
     __mmask16 special = 0;  // lanes that saw a NaN or ±inf
     for (int64_t jp = 0; jp < key_pairs; ++jp) {
@@ -150,14 +152,14 @@ struct Bf16Wide {
         special |= _mm512_fpclass_ps_mask(a, 0x99) | _mm512_fpclass_ps_mask(b, 0x99);  // QNaN, ±inf, SNaN
         _mm512_store_si512(v2 + jp * dvp + c, pack_bf16_pairs(a, b));
       }
-      for (int64_t n = 0; n < nvr; ++n) {
+      for (int64_t n = nv0; n < nv1; ++n) {
         const __m512 b = j + 1 < nk ? _mm512_load_ps(st + (j + 1) * ldr + n * 16) : _mm512_setzero_ps();
         _mm512_store_si512(p2 + jp * ldr + n * 16, pack_bf16_pairs(_mm512_load_ps(st + j * ldr + n * 16), b));
       }
     }
     if (masked && special) return false;
-    const int64_t rows = w.row_count, vectors = dvp / 16;
-    for (int64_t r0 = 0; r0 < rows; r0 += T::kPvRows) {
+    const int64_t rows = min64(w.row_count, int64_t{nv1} * 16), vectors = dvp / 16;
+    for (int64_t r0 = int64_t{nv0} * 16; r0 < rows; r0 += T::kPvRows) {
       const int R = static_cast<int>(min64(T::kPvRows, rows - r0));
       // (balanced passes: causal 2048², D 80 8.28/8.46 → 7.99/8.13 ms on Zen 5, D 96 −1%)
       const int nv_max = balanced_pass_width(vectors, min64(kBf16MaxNV, T::kAccRegs / R));
