@@ -274,13 +274,6 @@ void pv_cases(UkernelReport& r) {
         }
 }
 
-// ---------------------------------------------------------------------------------------------
-// pvt_block (the wide path's transposed P·V on 16 registers): Oᵀ[value_dim][nv·W] = α ⊙ Oᵀ + Pᵀ-
-// weighted V for every row-vector count, value widths around its 12 / nv column blocks (any width:
-// V's elements are broadcast), key runs around a wide tile, masked and not. A masked tile has keys
-// dead in every row (P = 0, V = NaN: must reach no row) and keys with P = 0 in some rows only and
-// finite V (the guarded and plain runs alternate); each element must carry pv_block's bits (the
-// row-major register blocks over the same data) and the double-precision value.
 // pvt_block's bits against pv_block's. Both fuse every product with its sum, but on AVX-512 one
 // through xsimd::fma (xsimd 8: x·y + z, fused by GCC's contraction) and the other's masked kernel
 // through an FMA intrinsic; a sanitizer build's instrumentation stops the contraction, so there
@@ -295,6 +288,13 @@ inline bool same_fma_bits(float a, float b, int64_t keys) {
 #endif
 }
 
+// ---------------------------------------------------------------------------------------------
+// pvt_block (the wide path's transposed P·V on 16 registers): Oᵀ[value_dim][nv·W] = α ⊙ Oᵀ + Pᵀ-
+// weighted V for every row-vector count, value widths around its 12 / nv column blocks (any width:
+// V's elements are broadcast), key runs around a wide tile, masked and not. A masked tile has keys
+// dead in every row (P = 0, V = NaN: must reach no row) and keys with P = 0 in some rows only and
+// finite V (the guarded and plain runs alternate); each element must carry pv_block's bits (the
+// row-major register blocks over the same data) and the double-precision value.
 template <class Arch>
 void pvt_cases(UkernelReport& r) {
   using T = Tiles<Arch>;
