@@ -43,8 +43,12 @@ size_t scratch_floats(int64_t head_dim, int64_t value_dim, int64_t rows) {
 template <class Arch>
 KernelTable make_table(const char* name) {
   using T = Tiles<Arch>;
-  return KernelTable{name, KernelGeometry{T::W, T::kBlockRows, T::kBlockKeys, T::kNarrowRows},
-                     &flash_any_type<Arch, NarrowDriver>, &flash_any_type<Arch, WideDriver>, &scratch_floats<Arch>};
+  return KernelTable{name,
+                     KernelGeometry{T::W, T::kBlockRows, T::kBlockKeys, T::kNarrowRows},
+                     &flash_any_type<Arch, NarrowDriver>,
+                     &flash_any_type<Arch, WideDriver>,
+                     &scratch_floats<Arch>,
+                     false};
 }
 
 #if defined(__AVX512BF16__)
@@ -55,9 +59,12 @@ KernelTable make_table(const char* name) {
 template <class Arch>
 KernelTable make_table_bf16_math(const char* name) {
   using T = Tiles<Arch>;
-  return KernelTable{name, KernelGeometry{T::W, 2 * T::kBlockRows, T::kBlockKeys, T::kNarrowRows},
-                     &flash_any_type<Arch, NarrowDriver>, &flash_any_type<Arch, WideBf16Driver>,
-                     &scratch_floats_bf16<Arch>};
+  return KernelTable{name,
+                     KernelGeometry{T::W, 2 * T::kBlockRows, T::kBlockKeys, T::kNarrowRows},
+                     &flash_any_type<Arch, NarrowDriver>,
+                     &flash_any_type<Arch, WideBf16Driver>,
+                     &scratch_floats_bf16<Arch>,
+                     true};
 }
 #endif
 

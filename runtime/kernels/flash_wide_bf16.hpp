@@ -3,9 +3,24 @@
 // vdpbf16ps, and on tiles without masked keys P and V are packed into pairs along the keys for a
 // vdpbf16ps P·V. The online softmax between them is the f32 code of flash_wide. Only the
 // avx512_bf16 table includes this (built with -mavx512bf16).
+//
+// K rows and V pairs are packed once per (batch, kv head) when the runtime gives the head's row
+// blocks a shared buffer (FlashWork::packed_k), unit by unit as the first block needs each: the
+// same code, so the same bits, as packing per tile. Zen 5, two threads, alternated in one process
+// (medians of 21), per tile → shared: 8 heads, D 64, 512² 0.767 → 0.730 ms (P1), 2048² 12.33 →
+// 11.39 (P2), causal 2048² 6.65 → 6.20 (P3), 4096² 25.40 → 23.35 (P5); 32 heads, D 128, causal
+// 2048² 49.5 → 45.9 (P4); D 80 8.25 → 7.64, D 256 23.8 → 21.9; 256² (two blocks) 0.207 → 0.201;
+// a window of 256, 2.39 → 2.31. Not kept: a pass packing every head before the row blocks (P1
+// 0.845 → 0.891: the pass's reads do not overlap any compute; P3 7.07 → 6.73, P4 51.2 → 48.9);
+// the second block waiting while the first packs a unit instead of packing the next (P3 6.97 →
+// 7.05: the two heaviest blocks of a causal head walk the same keys together); requesting the
+// shared K rows of the next call (no change).
 #pragma once
 
 #if defined(__AVX512BF16__)
+
+#include <atomic>
+#include <thread>
 
 #include "flash_wide.hpp"
 #include "ukernel/bf16_dot_tiles.hpp"
@@ -61,17 +76,68 @@ inline __m512 load_f32_upto(const E* p, int64_t n) {
   }
 }
 
+// K rows [j0, j0 + nk) rounded to bf16, `kd` elements per row (zero-padded past the depth), at
+// `out`; a row-major f32 K is read in place, other types and blocked K widened into `kpanel` first.
+template <class Arch, class E>
+void round_key_rows(const FlashWork& w, const KvSource<E>& src, int64_t j0, int64_t nk, int64_t kd, float* kpanel,
+                    uint16_t* out) {
+  const int64_t depth = w.head_dim;
+  auto k_row = [&](const float* in, uint16_t* row) {
+    for (int64_t d = 0; d < kd; d += 32)
+      store_bf16x32(row + d, load_f32_upto<Arch>(in + d, max64(0, min64(16, depth - d))),
+                    load_f32_upto<Arch>(in + d + 16, max64(0, min64(16, depth - d - 16))));
+  };
+  if (std::is_same_v<E, float> && !w.k_blocked) {
+    for (int64_t j = 0; j < nk; ++j) k_row(reinterpret_cast<const float*>(src.key_row(j0 + j)), out + j * kd);
+  } else {  // widen (and un-block) into the f32 panel first
+    if (w.k_blocked)
+      blocked_to_f32_panel(src, j0, nk, depth, kpanel);
+    else
+      to_f32_panel(src.key_row(j0), w.k_row_stride, nk, depth, depth, kpanel);
+    for (int64_t j = 0; j < nk; ++j) k_row(kpanel + j * depth, out + j * kd);
+  }
+}
+
+// The V rows of keys [j0, j0 + nk) (i8: times their scales) as bf16 pairs of consecutive keys,
+// `dvp` words per pair (zero-padded; an odd last key pairs with zero), at `out`. Returns the lanes
+// that saw a NaN or an infinity.
+template <class Arch, class E>
+__mmask16 pack_value_pairs(const FlashWork& w, const KvSource<E>& src, int64_t j0, int64_t nk, int64_t dvp,
+                           uint32_t* out) {
+  const int64_t dv = w.value_dim;
+  __mmask16 special = 0;
+  for (int64_t j = 0; j < nk; j += 2) {
+    const E* va = src.value(j0 + j);
+    const E* vb = j + 1 < nk ? src.value(j0 + j + 1) : nullptr;
+    for (int64_t c = 0; c < dvp; c += 16) {
+      const int64_t n = min64(16, dv - c);
+      __m512 a = load_f32_upto<Arch>(va + c, n);
+      __m512 b = vb ? load_f32_upto<Arch>(vb + c, n) : _mm512_setzero_ps();
+      if constexpr (KvSource<E>::kScaled) {  // i8: V rows times their scales
+        a = _mm512_mul_ps(a, _mm512_set1_ps(src.value_scale(j0 + j)));
+        if (vb) b = _mm512_mul_ps(b, _mm512_set1_ps(src.value_scale(j0 + j + 1)));
+      }
+      special |= _mm512_fpclass_ps_mask(a, 0x99) | _mm512_fpclass_ps_mask(b, 0x99);  // QNaN, ±inf, SNaN
+      _mm512_store_si512(out + j / 2 * dvp + c, pack_bf16_pairs(a, b));
+    }
+  }
+  return special;
+}
+
 template <class Arch, class E>
 struct Bf16Wide {
   using T = Tiles<Arch>;
   static_assert(T::W == 16, "the bf16 microkernels are AVX-512");
   const FlashWork& w;
+  const KvSource<E>* src;
   float* kpanel;
   uint32_t *qt2, *k2, *v2, *p2;
   int64_t ldr, nvr, depth, pairs, kd, dvp;
 
-  Bf16Wide(const FlashWork& work, float* scratch, const Layout& L, const float* qt, int64_t ld)
-      : w(work), kpanel(scratch + L.kpanel), ldr(ld), nvr(ld / 16), depth(work.head_dim) {
+  Bf16Wide(const FlashWork& work, const KvSource<E>& source, float* scratch, const Layout& L, const float* qt,
+           int64_t ld, int64_t key_hi)
+      : w(work), src(&source), kpanel(scratch + L.kpanel), ldr(ld), nvr(ld / 16), depth(work.head_dim) {
+    last_unit = (key_hi - 1) / kPackUnitKeys;
     const Bf16Extra e = bf16_extra<Arch>(work.head_dim, work.value_dim, work.row_count, L.total);
     qt2 = reinterpret_cast<uint32_t*>(scratch + e.qt2);
     k2 = reinterpret_cast<uint32_t*>(scratch + e.k2);
@@ -89,27 +155,55 @@ struct Bf16Wide {
       }
   }
 
-  // One row of `n` f32 into kd bf16 (zero-padded).
-  void k_row(const float* in, int64_t n, uint16_t* out) const {
-    for (int64_t d = 0; d < kd; d += 32)
-      store_bf16x32(out + d, load_f32_upto<Arch>(in + d, max64(0, min64(16, n - d))),
-                    load_f32_upto<Arch>(in + d + 16, max64(0, min64(16, n - d - 16))));
+  // Shared packing (FlashWork::packed_k): the units holding keys [j0, j0 + nk) packed, by this
+  // block or by another. While another block packs one this block needs, it packs the next unit it
+  // will need that nobody has claimed instead of waiting: two blocks walking the same keys side by
+  // side (a causal head's two heaviest) then pack alternate units. Whether the tile reads V there
+  // too: its units' V finite, and the tile starting at an even key (a window's tile may not).
+  bool vshared = false;
+  int64_t last_unit = 0;  // the last unit this block reads (of keys < its key_hi)
+  // Packs unit u unless a block has claimed it (setting *mine); returns its state after.
+  int32_t claim(int64_t u, bool* mine = nullptr) {
+    std::atomic_ref<int32_t> state(w.packed_state[u]);
+    int32_t v = state.load(std::memory_order_acquire);
+    if (v != 0 || !state.compare_exchange_strong(v, 1, std::memory_order_acq_rel)) return v;
+    if (mine) *mine = true;
+    const int64_t k0 = u * kPackUnitKeys, n = min64(kPackUnitKeys, w.valid_keys - k0);
+    round_key_rows<Arch>(w, *src, k0, n, kd, kpanel, reinterpret_cast<uint16_t*>(w.packed_k) + k0 * kd);
+    v = pack_value_pairs<Arch>(w, *src, k0, n, dvp, w.packed_v + k0 / 2 * dvp) ? 3 : 2;
+    state.store(v, std::memory_order_release);
+    return v;
+  }
+  void share_units(int64_t j0, int64_t nk) {
+    bool finite = true;
+    int64_t help = j0 / kPackUnitKeys;  // the units after it are looked at once each
+    for (int64_t u = j0 / kPackUnitKeys; u * kPackUnitKeys < j0 + nk; ++u) {
+      int32_t v = claim(u);
+      for (int spins = 0; v == 1; ++spins) {
+        help = max64(help, u) + 1;
+        bool mine = false;  // (one unit, then look at u again)
+        while (help <= last_unit && !mine) claim(help++, &mine);
+        if (help > last_unit) {  // (more threads than cores: let the packer run)
+          if (spins < 4096)
+            _mm_pause();
+          else
+            std::this_thread::yield();
+        }
+        v = std::atomic_ref<int32_t>(w.packed_state[u]).load(std::memory_order_acquire);
+      }
+      finite = finite && v == 2;
+    }
+    vshared = finite && j0 % 2 == 0;
   }
 
-  // Sᵀ = K·Qᵀ for keys [j0, j0 + nk), K rounded to bf16 rows first.
+  // Sᵀ = K·Qᵀ for keys [j0, j0 + nk), K rounded to bf16 rows first (or already, FlashWork::packed_k).
   // Row vectors [nv0, nv1) only.
   void scores(const KvSource<E>& src, int64_t j0, int64_t nk, int nv0, int nv1, float* st, float* colmax) {
-    uint16_t* rows16 = reinterpret_cast<uint16_t*>(k2);
-    if (std::is_same_v<E, float> && !w.k_blocked) {
-      for (int64_t j = 0; j < nk; ++j)
-        k_row(reinterpret_cast<const float*>(src.key_row(j0 + j)), depth, rows16 + j * kd);
-    } else {  // widen (and un-block) into the f32 panel first
-      if (w.k_blocked)
-        blocked_to_f32_panel(src, j0, nk, depth, kpanel);
-      else
-        to_f32_panel(src.key_row(j0), w.k_row_stride, nk, depth, depth, kpanel);
-      for (int64_t j = 0; j < nk; ++j) k_row(kpanel + j * depth, depth, rows16 + j * kd);
-    }
+    if (w.packed_k)
+      share_units(j0, nk);
+    else
+      round_key_rows<Arch>(w, src, j0, nk, kd, kpanel, reinterpret_cast<uint16_t*>(k2));
+    const uint32_t* kbase = w.packed_k ? w.packed_k + j0 * (kd / 2) : k2;
     const uint32_t* krow[kBf16MaxR];
     for (int64_t jj = 0; jj < nk; jj += T::kScoreKeys) {
       const int R = static_cast<int>(min64(T::kScoreKeys, nk - jj));
@@ -117,9 +211,11 @@ struct Bf16Wide {
       // waited on its loads from L2 (perf: ~1/3 of the driver's own samples). Zen 5, two threads,
       // alternated in one process, medians of 30: causal 2048², 8 heads, D 64 7.18/7.05 → 6.91/6.80
       // ms, D 80 9.10/9.09 → 8.77/8.77; 512² unchanged (K's next tile requested too: no better; the
-      // f32 path, whose P·V reads V in place, unchanged by the same requests).
-      for (int r = 0; r < R; ++r) prefetch_rows(src.value(j0 + jj + r), 0, 1, w.value_dim);
-      for (int r = 0; r < R; ++r) krow[r] = k2 + (jj + r) * (kd / 2);
+      // f32 path, whose P·V reads V in place, unchanged by the same requests). V packed once and
+      // shared (FlashWork::packed_v): the same requests for its pairs changed nothing.
+      if (!vshared)
+        for (int r = 0; r < R; ++r) prefetch_rows(src.value(j0 + jj + r), 0, 1, w.value_dim);
+      for (int r = 0; r < R; ++r) krow[r] = kbase + (jj + r) * (kd / 2);
       for (int64_t n0 = nv0; n0 < nv1; n0 += kBf16MaxNV) {  // up to 8 row vectors, 4 per call
         const ScoreBf16Args a{
             krow, qt2 + n0 * 16, ldr, pairs, st + jj * ldr + n0 * 16, ldr, colmax ? colmax + n0 * 16 : nullptr};
@@ -135,23 +231,12 @@ struct Bf16Wide {
   // Rows of the row vectors [nv0, nv1) only.
   bool pv(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alpha, const float* st, int64_t j0, int64_t nk,
           int nv0, int nv1, bool masked) {
-    const int64_t key_pairs = (nk + 1) / 2, dv = w.value_dim;
-    __mmask16 special = 0;  // lanes that saw a NaN or ±inf
+    const int64_t key_pairs = (nk + 1) / 2;
+    const bool vpacked = vshared;
+    const __mmask16 special = vpacked ? 0 : pack_value_pairs<Arch>(w, src, j0, nk, dvp, v2);
+    const uint32_t* vsrc = vpacked ? w.packed_v + j0 / 2 * dvp : v2;
     for (int64_t jp = 0; jp < key_pairs; ++jp) {
       const int64_t j = 2 * jp;
-      const E* va = src.value(j0 + j);
-      const E* vb = j + 1 < nk ? src.value(j0 + j + 1) : nullptr;
-      for (int64_t c = 0; c < dvp; c += 16) {
-        const int64_t n = min64(16, dv - c);
-        __m512 a = load_f32_upto<Arch>(va + c, n);
-        __m512 b = vb ? load_f32_upto<Arch>(vb + c, n) : _mm512_setzero_ps();
-        if constexpr (KvSource<E>::kScaled) {  // i8: V rows times their scales
-          a = _mm512_mul_ps(a, _mm512_set1_ps(src.value_scale(j0 + j)));
-          if (vb) b = _mm512_mul_ps(b, _mm512_set1_ps(src.value_scale(j0 + j + 1)));
-        }
-        special |= _mm512_fpclass_ps_mask(a, 0x99) | _mm512_fpclass_ps_mask(b, 0x99);  // QNaN, ±inf, SNaN
-        _mm512_store_si512(v2 + jp * dvp + c, pack_bf16_pairs(a, b));
-      }
       for (int64_t n = nv0; n < nv1; ++n) {
         const __m512 b = j + 1 < nk ? _mm512_load_ps(st + (j + 1) * ldr + n * 16) : _mm512_setzero_ps();
         _mm512_store_si512(p2 + jp * ldr + n * 16, pack_bf16_pairs(_mm512_load_ps(st + j * ldr + n * 16), b));
@@ -165,7 +250,7 @@ struct Bf16Wide {
       const int nv_max = balanced_pass_width(vectors, min64(kBf16MaxNV, T::kAccRegs / R));
       for (int64_t c = 0; c < vectors; c += nv_max) {
         const int nv = static_cast<int>(min64(nv_max, vectors - c));
-        const PvBf16Args a{oacc + r0 * ldo + c * 16, ldo, alpha + r0, p2 + r0, ldr, v2 + c * 16, dvp, key_pairs};
+        const PvBf16Args a{oacc + r0 * ldo + c * 16, ldo, alpha + r0, p2 + r0, ldr, vsrc + c * 16, dvp, key_pairs};
         pv_bf16_dispatch(R, nv, a);
       }
     }

@@ -103,6 +103,18 @@ struct FlashWork {
   int64_t tree_words;
   const int32_t* tree_depth;
 
+  // bf16 math (the wide driver of a table with shares_packed_kv): the row blocks of this (batch,
+  // kv head) share its K rounded to bf16 rows and its V packed into bf16 pairs of keys, each unit of
+  // kPackUnitKeys keys packed once, by whichever block needs it first; null: each block packs its
+  // own tiles. Over keys [0, valid_keys): key j's K at packed_k + j·packed_k_words(head_dim), the V
+  // of keys 2p and 2p + 1 at packed_v + p·packed_v_words(value_dim); packed_state[u] (accessed
+  // atomically) for keys [u·kPackUnitKeys, (u + 1)·kPackUnitKeys): 0 not packed, 1 being packed, 2
+  // packed, 3 packed and its V holds a NaN or an infinity (a masked key's weight 0 must not meet it
+  // in a pair's product: such tiles pack their own V).
+  uint32_t* packed_k;
+  uint32_t* packed_v;
+  int32_t* packed_state;
+
   // Output, elements of `o_type`. Final: o[g*o_head_stride + i*o_row_stride + d], normalised.
   // Partial (split-K): per row r of the block, partial_ml[2*r] = running max of the scores,
   // partial_ml[2*r+1] = sum, partial_acc[r*value_dim + d] = unnormalised accumulator (f32).
@@ -128,6 +140,18 @@ struct KernelGeometry {
 
 using FlashFn = void (*)(const FlashWork& work, float* scratch);
 using ScratchFn = size_t (*)(int64_t head_dim, int64_t value_dim, int64_t row_count);
+/// Keys per unit of FlashWork::packed_state.
+constexpr int64_t kPackUnitKeys = 128;
+/// 32-bit words per key of FlashWork::packed_k, per key pair of packed_v.
+constexpr int64_t packed_k_words(int64_t head_dim) { return (head_dim + 31) / 32 * 16; }
+constexpr int64_t packed_v_words(int64_t value_dim) { return (value_dim + 15) / 16 * 16; }
+/// Floats one (batch, kv head) of `keys` keys takes packed: its K rows, V pairs and unit states,
+/// each part a whole number of 64-byte lines.
+constexpr int64_t packed_kv_floats(int64_t keys, int64_t head_dim, int64_t value_dim) {
+  return (keys * packed_k_words(head_dim) + 15) / 16 * 16 +
+         ((keys + 1) / 2 * packed_v_words(value_dim) + 15) / 16 * 16 +
+         ((keys + kPackUnitKeys - 1) / kPackUnitKeys + 15) / 16 * 16;
+}
 
 /// The kernels of one ISA. `name` follows XNNPACK's convention: datatype, operation, ISA.
 struct KernelTable {
@@ -136,6 +160,9 @@ struct KernelTable {
   FlashFn flash_narrow;      // computes one FlashWork of a few rows (decode); needs narrow_fits
   FlashFn flash_wide;        // computes one FlashWork of any rows (prefill)
   ScratchFn scratch_floats;  // per-thread scratch the flash kernel needs, in floats (64-byte aligned)
+  // The bf16-math table: its wide driver takes K/V packed once per (batch, kv head) and shared by
+  // the row blocks (FlashWork::packed_k) when the runtime provides them.
+  bool shares_packed_kv;
 };
 
 // One table per compiled ISA (defined in runtime/kernels/arch/*.cpp). Null when not compiled in.

@@ -445,6 +445,62 @@ TEST_P(SdpaBf16Math, NonFiniteMaskedKeysStayOut) {
   }
 }
 
+// bf16 math shares each kv head's K/V, packed once, between the head's row blocks (the runtime's
+// ring of packed heads, FlashWork::packed_k): a block gives the bits it gives packing its own tiles.
+// A call of two 128-row blocks (packing shared) against one of the second block's rows alone (one
+// block, packing its own), over windows (a block's keys starting at odd ones), causal and not,
+// key counts off the 128-key units, padded head dims, GQA, a padding length, and a NaN/infinity in
+// V (the V pairs then not shared, K still).
+TEST_P(SdpaBf16Math, SharedPackingKeepsEachBlocksBits) {
+  struct Shape {
+    int64_t Hq, Hkv, Nk, D, Dv, window, kv_len;
+    bool causal, bad_v;
+  };
+  for (const Shape s : {Shape{2, 2, 300, 64, 64, 0, 0, true, false}, Shape{3, 3, 1000, 40, 72, 0, 0, false, false},
+                        Shape{2, 1, 513, 128, 128, 256, 0, true, false}, Shape{4, 1, 777, 64, 16, 255, 0, true, false},
+                        Shape{2, 2, 900, 80, 80, 0, 451, false, false}, Shape{2, 2, 600, 64, 64, 0, 0, true, true},
+                        Shape{2, 2, 600, 64, 64, 0, 0, false, true}}) {
+    SCOPED_TRACE("Hq=" + std::to_string(s.Hq) + " Hkv=" + std::to_string(s.Hkv) + " Nk=" + std::to_string(s.Nk) +
+                 " D=" + std::to_string(s.D) + " Dv=" + std::to_string(s.Dv) + " window=" + std::to_string(s.window) +
+                 " kv_len=" + std::to_string(s.kv_len) + " causal=" + std::to_string(s.causal) +
+                 " bad_v=" + std::to_string(s.bad_v));
+    const int64_t R = 128 / (s.Hq / s.Hkv);  // query positions per 128-row block
+    std::mt19937 rng(static_cast<uint32_t>(s.Nk));
+    TestTensor q = TestTensor::make({1, s.Hq, 2 * R, s.D}), k = TestTensor::make({1, s.Hkv, s.Nk, s.D}),
+               v = TestTensor::make({1, s.Hkv, s.Nk, s.Dv}), both = TestTensor::make({1, s.Hq, 2 * R, s.Dv}),
+               second = TestTensor::make({1, s.Hq, R, s.Dv});
+    q.fill_uniform(rng, -2.0f, 2.0f);
+    k.fill_uniform(rng);
+    v.fill_uniform(rng);
+    if (s.bad_v) {  // a key late in the sequence (causal: seen by the last rows only)
+      v.base()[(s.Nk - 3) * s.Dv] = std::numeric_limits<float>::infinity();
+      v.base()[(s.Nk - 3) * s.Dv + 1] = std::numeric_limits<float>::quiet_NaN();
+    }
+    SdpaOptions opt;
+    opt.isa = GetParam();
+    opt.fpmath = FpMath::bf16;
+    opt.causal = s.causal;
+    opt.window = s.window;
+    const std::vector<int64_t> lens{s.kv_len};
+    if (s.kv_len) opt.kv_lens = lens;
+    const TensorView q_second(q.view.data() + R * s.D, {1, s.Hq, R, s.D}, q.view.strides());
+    scaled_dot_product_attention(q_second, k.cview(), v.cview(), second.view, opt);
+    // (1 thread: a ring of two packed heads, reused by the third; 3: one slot each)
+    for (int threads : {1, 3}) {
+      opt.num_threads = threads;
+      scaled_dot_product_attention(q.cview(), k.cview(), v.cview(), both.view, opt);
+      int64_t differ = 0;
+      for (int64_t h = 0; h < s.Hq; ++h)
+        for (int64_t i = 0; i < R; ++i)
+          for (int64_t d = 0; d < s.Dv; ++d) {
+            const float a = both.at(0, h, R + i, d), b = second.at(0, h, i, d);
+            differ += std::memcmp(&a, &b, sizeof(float)) != 0;
+          }
+      EXPECT_EQ(differ, 0) << threads << " threads";
+    }
+  }
+}
+
 std::string isa_param_name(const ::testing::TestParamInfo<Isa>& info) { return isa_name(info.param); }
 
 INSTANTIATE_TEST_SUITE_P(EveryIsa, Sdpa, ::testing::ValuesIn(supported_isas()), isa_param_name);
