@@ -20,7 +20,7 @@ enum class Slot : int {
   projection,      // the layer's Q/K/V projection rows
   attention_out,   // the layer's attention output rows (input of W_O)
   gemm_scratch,    // oneDNN scratchpad (+ bf16 copy of the GEMM input)
-  packed_kv,       // bf16 math: K/V packed per (batch, kv head) for the wide driver (one phase's)
+  packed_kv,       // bf16 math: per thread, a kv head's K/V packed for the wide driver's row blocks
 };
 constexpr int kSlots = 6;
 

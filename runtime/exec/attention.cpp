@@ -1,10 +1,8 @@
 #include "attention.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
-#include <thread>
 
 #include "../kernels/split_merge.hpp"
 #include "../parallel/scheduler.hpp"
@@ -26,68 +24,44 @@ struct Schedule {
   std::vector<int64_t> first_pair;         // per split entry (merge order), plus the total
   std::vector<size_t> split_entries;       // entries with key_splits > 1
   size_t partial_floats = 0, stride = 0;
-  // bf16 math (KernelTable::shares_packed_kv): the (entry, kv head) pairs whose row blocks share
-  // K/V packed once (kernels::FlashWork::packed_k), "pack heads", numbered in schedule order. Pack
-  // head i uses ring slot i % ring_slots of the packed_kv workspace once pack head i − ring_slots
-  // has finished all its items (the last one to finish hands the slot on).
-  std::vector<int64_t> pack_items;    // per pack head: its items (row blocks)
+  // bf16 math (KernelTable::keeps_packed_kv): the (entry, kv head) pairs whose row blocks keep K/V
+  // packed across blocks (kernels::FlashWork::packed_k), "pack heads", numbered in schedule order.
+  // Each thread has one buffer in the packed_kv workspace, holding the pack head it last ran a
+  // block of (thread_head); a block of another head starts it over.
   std::vector<int64_t> pack_head_at;  // per entry: the number of its kv head 0, or -1
-  int64_t ring_slots = 0;
-  size_t slot_floats = 0;           // one ring slot: unit states, then K rows and V pairs (for the most keys)
-  size_t state_floats = 0;          // the states' part
-  std::vector<int32_t> slot_owner;  // per ring slot: the pack head that may use it (atomic)
-  std::vector<int32_t> items_done;  // per pack head: items finished (atomic)
+  size_t slot_floats = 0;             // one buffer: unit states, then K rows and V pairs (for the most keys)
+  size_t state_floats = 0;            // the states' part
+  std::vector<int64_t> thread_head;   // per thread: the pack head its buffer holds, or -1
 };
 
 int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
-// One step of a wait for another thread; past a few thousand steps the thread yields (more threads
-// than cores: the one waited for may need this core).
-void spin_pause(int step) {
-  if (step >= 4096) {
-    std::this_thread::yield();
-    return;
-  }
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield");
-#endif
-}
-
-// Sharing a (batch, kv head)'s packed K/V between its row blocks pays from two row blocks on.
+// Keeping a (batch, kv head)'s packed K/V across its row blocks pays from two row blocks on.
 constexpr int64_t kPackMinRowBlocks = 2;
 
 bool packs(const kernels::KernelTable& table, const plan::AttentionPlan& p, const BatchEntry& e) {
-  return table.shares_packed_kv && p.row_blocks >= kPackMinRowBlocks && p.key_splits == 1 && e.num_queries > 0 &&
+  return table.keeps_packed_kv && p.row_blocks >= kPackMinRowBlocks && p.key_splits == 1 && e.num_queries > 0 &&
          e.valid_keys > 0;
 }
 
-// Ring slots: a few heads per thread in flight, so a block rarely waits for a slot.
-int64_t ring_slots_for(int64_t pack_heads, int threads) {
-  return std::min<int64_t>(pack_heads, 2 * std::max(threads, 1));
-}
-
-void plan_packing(Schedule& s, const Problem& pr, const kernels::KernelTable& table, int threads) {
+void plan_packing(Schedule& s, const Problem& pr, const kernels::KernelTable& table) {
   const size_t n = pr.entries.size();
-  s.pack_items.clear();
   s.pack_head_at.assign(n, -1);
-  int64_t max_keys = 0;
+  int64_t heads = 0, max_keys = 0;
   for (size_t at = 0; at < n; ++at) {
     const size_t i = s.order[at];
     const plan::AttentionPlan& p = s.plans[i];
     const BatchEntry& e = pr.entries[i];
     if (!packs(table, p, e)) continue;
-    s.pack_head_at[i] = static_cast<int64_t>(s.pack_items.size());
-    s.pack_items.insert(s.pack_items.end(), static_cast<size_t>(p.kv_heads), p.row_blocks);
+    s.pack_head_at[i] = heads;
+    heads += p.kv_heads;
     max_keys = std::max(max_keys, e.valid_keys);
   }
-  s.ring_slots = ring_slots_for(static_cast<int64_t>(s.pack_items.size()), threads);
-  s.slot_floats = static_cast<size_t>(kernels::packed_kv_floats(max_keys, pr.head_dim, pr.value_dim));
+  s.slot_floats = heads ? static_cast<size_t>(kernels::packed_kv_floats(max_keys, pr.head_dim, pr.value_dim)) : 0;
   s.state_floats = static_cast<size_t>(round16((max_keys + kernels::kPackUnitKeys - 1) / kernels::kPackUnitKeys));
 }
 
-Schedule& schedule_for(const Problem& pr, const kernels::KernelTable& table, int threads) {
+Schedule& schedule_for(const Problem& pr, const kernels::KernelTable& table) {
   thread_local Schedule s;
   const size_t n = pr.entries.size();
   s.plans.resize(n);
@@ -142,7 +116,7 @@ Schedule& schedule_for(const Problem& pr, const kernels::KernelTable& table, int
     }
   }
   s.first_pair.push_back(pairs);
-  plan_packing(s, pr, table, threads);
+  plan_packing(s, pr, table);
   return s;
 }
 
@@ -157,40 +131,32 @@ void add_attention_needs(const kernels::KernelTable& table, int64_t batch, int64
   const int64_t t = std::min<int64_t>(std::max(threads, 1), std::max<int64_t>(1, p.items()));
   needs[detail::Slot::tile_scratch] += static_cast<size_t>(t) * thread_stride(p);
   needs[detail::Slot::split_partials] += p.partial_floats();
-  if (table.shares_packed_kv && p.row_blocks >= kPackMinRowBlocks && p.key_splits == 1) {
-    // A bound on any batch of these sizes (entries of fewer keys pack less)
-    const int64_t slots = ring_slots_for(batch * kv_heads, threads);
-    needs[detail::Slot::packed_kv] +=
-        static_cast<size_t>(slots * kernels::packed_kv_floats(max_keys, head_dim, value_dim));
-  }
+  // (a bound for any batch of these sizes: entries of fewer keys pack less)
+  if (table.keeps_packed_kv && p.row_blocks >= kPackMinRowBlocks && p.key_splits == 1)
+    needs[detail::Slot::packed_kv] += static_cast<size_t>(t * kernels::packed_kv_floats(max_keys, head_dim, value_dim));
 }
 
 void add_attention_needs(const kernels::KernelTable& table, const Problem& pr, int threads, detail::Needs& needs) {
   if (pr.entries.empty() || pr.q_heads == 0) return;
-  const Schedule& s = schedule_for(pr, table, threads);
+  const Schedule& s = schedule_for(pr, table);
   const int64_t items = s.first_item.back();
   if (items == 0) return;
   const int64_t t = std::min<int64_t>(std::max(threads, 1), items);
   needs[detail::Slot::tile_scratch] += static_cast<size_t>(t) * s.stride;
   needs[detail::Slot::split_partials] += s.partial_floats;
-  needs[detail::Slot::packed_kv] += static_cast<size_t>(s.ring_slots) * s.slot_floats;
+  needs[detail::Slot::packed_kv] += static_cast<size_t>(t) * s.slot_floats;
 }
 
 void run_attention(const Problem& pr, const kernels::KernelTable& table, const detail::Lease& lease) {
   if (pr.entries.empty() || pr.q_heads == 0) return;
   const int nthreads = lease.threads();
-  Schedule& s = schedule_for(pr, table, nthreads);
+  Schedule& s = schedule_for(pr, table);
   const int64_t items = s.first_item.back();
   if (items == 0) return;
   float* partial = s.partial_floats ? lease.get(detail::Slot::split_partials) : nullptr;
   float* scratch = lease.get(detail::Slot::tile_scratch);
-  float* packed = s.ring_slots ? lease.get(detail::Slot::packed_kv) : nullptr;
-  s.slot_owner.resize(static_cast<size_t>(s.ring_slots));
-  for (int64_t i = 0; i < s.ring_slots; ++i) {
-    s.slot_owner[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-    std::memset(packed + static_cast<size_t>(i) * s.slot_floats, 0, sizeof(float) * s.state_floats);
-  }
-  s.items_done.assign(s.pack_items.size(), 0);
+  float* packed = s.slot_floats ? lease.get(detail::Slot::packed_kv) : nullptr;
+  s.thread_head.assign(static_cast<size_t>(std::max(nthreads, 1)), -1);
   const int64_t Dv = pr.value_dim;
   const size_t kv_elem = static_cast<size_t>(kernels::kv_type_bytes(pr.kv_type));
   const int64_t q_elem = kernels::kv_type_bytes(pr.q_type), o_elem = kernels::kv_type_bytes(pr.o_type);
@@ -230,15 +196,13 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     }
     w.page_tokens = pr.page_tokens;
     w.page_stride = pr.page_stride;
-    int64_t pack = -1;  // its pack head
-    if (s.pack_head_at[b] >= 0) {
-      pack = s.pack_head_at[b] + hkv;
-      const int64_t slot = pack % s.ring_slots;
-      // Wait for the slot (its previous head's blocks all finished: the earliest unfinished head
-      // never waits, so this ends); then K/V as the slot lays them out.
-      std::atomic_ref<int32_t> owner(s.slot_owner[static_cast<size_t>(slot)]);
-      for (int step = 0; owner.load(std::memory_order_acquire) != pack; ++step) spin_pause(step);
-      float* at = packed + static_cast<size_t>(slot) * s.slot_floats;
+    if (s.pack_head_at[b] >= 0) {  // this thread's buffer, started over for a new head
+      const int64_t pack = s.pack_head_at[b] + hkv;
+      float* at = packed + static_cast<size_t>(thread) * s.slot_floats;
+      if (s.thread_head[static_cast<size_t>(thread)] != pack) {
+        s.thread_head[static_cast<size_t>(thread)] = pack;
+        std::memset(at, 0, sizeof(float) * s.state_floats);
+      }
       w.packed_state = reinterpret_cast<int32_t*>(at);
       w.packed_k = reinterpret_cast<uint32_t*>(at + s.state_floats);
       w.packed_v = w.packed_k + round16(e.valid_keys * kernels::packed_k_words(pr.head_dim));
@@ -279,16 +243,8 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
       w.partial_acc = base;
       w.partial_ml = base + p.group_rows * Dv;
     }
-    if (w.row_count > 0) p.flash_for(w.row_count)(w, scratch + static_cast<size_t>(thread) * s.stride);
-    if (pack >= 0) {  // the head's last block hands its slot to the head ring_slots later
-      std::atomic_ref<int32_t> done(s.items_done[static_cast<size_t>(pack)]);
-      if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == s.pack_items[static_cast<size_t>(pack)]) {
-        const int64_t slot = pack % s.ring_slots;
-        std::memset(packed + static_cast<size_t>(slot) * s.slot_floats, 0, sizeof(float) * s.state_floats);
-        std::atomic_ref<int32_t>(s.slot_owner[static_cast<size_t>(slot)])
-            .store(static_cast<int32_t>(pack + s.ring_slots), std::memory_order_release);
-      }
-    }
+    if (w.row_count <= 0) return;
+    p.flash_for(w.row_count)(w, scratch + static_cast<size_t>(thread) * s.stride);
   };
   parallel::parallel_for(items, nthreads, run_item);
   if (!partial) return;

@@ -222,13 +222,13 @@ void flash_wide(const FlashWork& w, float* scratch) {
     transpose_rows_scaled<Arch>(src, depth, q_scale, qt + r0, ldr);
   }
   std::memset(oacc, 0, sizeof(float) * ldr * dvp);
-  // bf16 math: tiles start at an even key, so a tile's V pairs are those packed once for the whole
-  // kv head (FlashWork::packed_v; a window of 256 starts its rows' keys at odd ones).
+  // bf16 math: tiles start at an even key, so a tile's V pairs are those kept packed for the kv head
+  // (FlashWork::packed_v; a window of 256 starts its rows' keys at odd ones).
   if (kBf16Math && key_lo % 2 && key_lo > w.key_begin && key_lo < key_hi) --key_lo;
   // bf16 math: Qᵀ packed once more into bf16 pairs; the panels live past the f32 layout.
-  const KvSource<E> src(w);
-  [[maybe_unused]] std::conditional_t<kBf16Math, Bf16Wide<Arch, E>, NoBf16> bf(w, src, scratch, L, qt, ldr, key_hi);
+  [[maybe_unused]] std::conditional_t<kBf16Math, Bf16Wide<Arch, E>, NoBf16> bf(w, scratch, L, qt, ldr);
 
+  const KvSource<E> src(w);
   float* ones = scratch + L.ones;
   for (int64_t r = 0; r < ldr; ++r) ones[r] = 1.0f;
   constexpr bool kFloat = std::is_same_v<E, float>;

@@ -4,23 +4,20 @@
 // vdpbf16ps P·V. The online softmax between them is the f32 code of flash_wide. Only the
 // avx512_bf16 table includes this (built with -mavx512bf16).
 //
-// K rows and V pairs are packed once per (batch, kv head) when the runtime gives the head's row
-// blocks a shared buffer (FlashWork::packed_k), unit by unit as the first block needs each: the
-// same code, so the same bits, as packing per tile. Zen 5, two threads, alternated in one process
-// (medians of 21), per tile → shared: 8 heads, D 64, 512² 0.767 → 0.730 ms (P1), 2048² 12.33 →
-// 11.39 (P2), causal 2048² 6.65 → 6.20 (P3), 4096² 25.40 → 23.35 (P5); 32 heads, D 128, causal
-// 2048² 49.5 → 45.9 (P4); D 80 8.25 → 7.64, D 256 23.8 → 21.9; 256² (two blocks) 0.207 → 0.201;
-// a window of 256, 2.39 → 2.31. Not kept: a pass packing every head before the row blocks (P1
-// 0.845 → 0.891: the pass's reads do not overlap any compute; P3 7.07 → 6.73, P4 51.2 → 48.9);
-// the second block waiting while the first packs a unit instead of packing the next (P3 6.97 →
-// 7.05: the two heaviest blocks of a causal head walk the same keys together); requesting the
-// shared K rows of the next call (no change).
+// K rows and V pairs are kept packed across a (batch, kv head)'s row blocks on one thread when the
+// runtime gives the thread a buffer (FlashWork::packed_k), unit by unit as a block first needs each:
+// the same code, so the same bits, as packing per tile. Zen 5, two threads, alternated in one
+// process (medians of 21), per tile → kept per thread: 8 heads, D 64, 512² 0.862 → 0.838 ms (P1),
+// 2048² 12.92 / 12.50 → 11.97 / 11.61 (P2), causal 2048² 7.10 / 6.93 → 6.74 / 6.62 (P3); 32 heads,
+// D 128, causal 2048² 51.9 → 48.8 / 48.5 (P4); causal 512² unchanged. One buffer per kv head shared
+// by both threads (a ring of heads, each unit packed by the first block to need it, the other
+// packing the next unit meanwhile) measured −5 to −8% on P1–P5 at one time and +9% (P1) / −3% (P3)
+// at another: the lines one core packed are read by the other, at whatever the two cores' cache
+// distance is that day; not kept. Nor: a pass packing every head before the row blocks (P1 0.845 →
+// 0.891: its reads overlap no compute); requesting the kept K rows of the next call (no change).
 #pragma once
 
 #if defined(__AVX512BF16__)
-
-#include <atomic>
-#include <thread>
 
 #include "flash_wide.hpp"
 #include "ukernel/bf16_dot_tiles.hpp"
@@ -129,15 +126,12 @@ struct Bf16Wide {
   using T = Tiles<Arch>;
   static_assert(T::W == 16, "the bf16 microkernels are AVX-512");
   const FlashWork& w;
-  const KvSource<E>* src;
   float* kpanel;
   uint32_t *qt2, *k2, *v2, *p2;
   int64_t ldr, nvr, depth, pairs, kd, dvp;
 
-  Bf16Wide(const FlashWork& work, const KvSource<E>& source, float* scratch, const Layout& L, const float* qt,
-           int64_t ld, int64_t key_hi)
-      : w(work), src(&source), kpanel(scratch + L.kpanel), ldr(ld), nvr(ld / 16), depth(work.head_dim) {
-    last_unit = (key_hi - 1) / kPackUnitKeys;
+  Bf16Wide(const FlashWork& work, float* scratch, const Layout& L, const float* qt, int64_t ld)
+      : w(work), kpanel(scratch + L.kpanel), ldr(ld), nvr(ld / 16), depth(work.head_dim) {
     const Bf16Extra e = bf16_extra<Arch>(work.head_dim, work.value_dim, work.row_count, L.total);
     qt2 = reinterpret_cast<uint32_t*>(scratch + e.qt2);
     k2 = reinterpret_cast<uint32_t*>(scratch + e.k2);
@@ -155,52 +149,29 @@ struct Bf16Wide {
       }
   }
 
-  // Shared packing (FlashWork::packed_k): the units holding keys [j0, j0 + nk) packed, by this
-  // block or by another. While another block packs one this block needs, it packs the next unit it
-  // will need that nobody has claimed instead of waiting: two blocks walking the same keys side by
-  // side (a causal head's two heaviest) then pack alternate units. Whether the tile reads V there
-  // too: its units' V finite, and the tile starting at an even key (a window's tile may not).
-  bool vshared = false;
-  int64_t last_unit = 0;  // the last unit this block reads (of keys < its key_hi)
-  // Packs unit u unless a block has claimed it (setting *mine); returns its state after.
-  int32_t claim(int64_t u, bool* mine = nullptr) {
-    std::atomic_ref<int32_t> state(w.packed_state[u]);
-    int32_t v = state.load(std::memory_order_acquire);
-    if (v != 0 || !state.compare_exchange_strong(v, 1, std::memory_order_acq_rel)) return v;
-    if (mine) *mine = true;
-    const int64_t k0 = u * kPackUnitKeys, n = min64(kPackUnitKeys, w.valid_keys - k0);
-    round_key_rows<Arch>(w, *src, k0, n, kd, kpanel, reinterpret_cast<uint16_t*>(w.packed_k) + k0 * kd);
-    v = pack_value_pairs<Arch>(w, *src, k0, n, dvp, w.packed_v + k0 / 2 * dvp) ? 3 : 2;
-    state.store(v, std::memory_order_release);
-    return v;
-  }
-  void share_units(int64_t j0, int64_t nk) {
+  // Packing kept across row blocks (FlashWork::packed_k): the units holding keys [j0, j0 + nk)
+  // packed into the thread's buffer unless an earlier block of this kv head on this thread did.
+  // Whether the tile reads V there too: its units' V finite, and the tile starting at an even key.
+  bool vkept = false;
+  void keep_units(const KvSource<E>& src, int64_t j0, int64_t nk) {
     bool finite = true;
-    int64_t help = j0 / kPackUnitKeys;  // the units after it are looked at once each
     for (int64_t u = j0 / kPackUnitKeys; u * kPackUnitKeys < j0 + nk; ++u) {
-      int32_t v = claim(u);
-      for (int spins = 0; v == 1; ++spins) {
-        help = max64(help, u) + 1;
-        bool mine = false;  // (one unit, then look at u again)
-        while (help <= last_unit && !mine) claim(help++, &mine);
-        if (help > last_unit) {  // (more threads than cores: let the packer run)
-          if (spins < 4096)
-            _mm_pause();
-          else
-            std::this_thread::yield();
-        }
-        v = std::atomic_ref<int32_t>(w.packed_state[u]).load(std::memory_order_acquire);
+      int32_t& state = w.packed_state[u];
+      if (state == 0) {
+        const int64_t k0 = u * kPackUnitKeys, n = min64(kPackUnitKeys, w.valid_keys - k0);
+        round_key_rows<Arch>(w, src, k0, n, kd, kpanel, reinterpret_cast<uint16_t*>(w.packed_k) + k0 * kd);
+        state = pack_value_pairs<Arch>(w, src, k0, n, dvp, w.packed_v + k0 / 2 * dvp) ? 3 : 2;
       }
-      finite = finite && v == 2;
+      finite = finite && state == 2;
     }
-    vshared = finite && j0 % 2 == 0;
+    vkept = finite && j0 % 2 == 0;
   }
 
   // Sᵀ = K·Qᵀ for keys [j0, j0 + nk), K rounded to bf16 rows first (or already, FlashWork::packed_k).
   // Row vectors [nv0, nv1) only.
   void scores(const KvSource<E>& src, int64_t j0, int64_t nk, int nv0, int nv1, float* st, float* colmax) {
     if (w.packed_k)
-      share_units(j0, nk);
+      keep_units(src, j0, nk);
     else
       round_key_rows<Arch>(w, src, j0, nk, kd, kpanel, reinterpret_cast<uint16_t*>(k2));
     const uint32_t* kbase = w.packed_k ? w.packed_k + j0 * (kd / 2) : k2;
@@ -213,7 +184,7 @@ struct Bf16Wide {
       // ms, D 80 9.10/9.09 → 8.77/8.77; 512² unchanged (K's next tile requested too: no better; the
       // f32 path, whose P·V reads V in place, unchanged by the same requests). V packed once and
       // shared (FlashWork::packed_v): the same requests for its pairs changed nothing.
-      if (!vshared)
+      if (!vkept)
         for (int r = 0; r < R; ++r) prefetch_rows(src.value(j0 + jj + r), 0, 1, w.value_dim);
       for (int r = 0; r < R; ++r) krow[r] = kbase + (jj + r) * (kd / 2);
       for (int64_t n0 = nv0; n0 < nv1; n0 += kBf16MaxNV) {  // up to 8 row vectors, 4 per call
@@ -232,7 +203,7 @@ struct Bf16Wide {
   bool pv(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alpha, const float* st, int64_t j0, int64_t nk,
           int nv0, int nv1, bool masked) {
     const int64_t key_pairs = (nk + 1) / 2;
-    const bool vpacked = vshared;
+    const bool vpacked = vkept;
     const __mmask16 special = vpacked ? 0 : pack_value_pairs<Arch>(w, src, j0, nk, dvp, v2);
     const uint32_t* vsrc = vpacked ? w.packed_v + j0 / 2 * dvp : v2;
     for (int64_t jp = 0; jp < key_pairs; ++jp) {

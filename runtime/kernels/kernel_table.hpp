@@ -103,14 +103,14 @@ struct FlashWork {
   int64_t tree_words;
   const int32_t* tree_depth;
 
-  // bf16 math (the wide driver of a table with shares_packed_kv): the row blocks of this (batch,
-  // kv head) share its K rounded to bf16 rows and its V packed into bf16 pairs of keys, each unit of
-  // kPackUnitKeys keys packed once, by whichever block needs it first; null: each block packs its
-  // own tiles. Over keys [0, valid_keys): key j's K at packed_k + j·packed_k_words(head_dim), the V
-  // of keys 2p and 2p + 1 at packed_v + p·packed_v_words(value_dim); packed_state[u] (accessed
-  // atomically) for keys [u·kPackUnitKeys, (u + 1)·kPackUnitKeys): 0 not packed, 1 being packed, 2
-  // packed, 3 packed and its V holds a NaN or an infinity (a masked key's weight 0 must not meet it
-  // in a pair's product: such tiles pack their own V).
+  // bf16 math (the wide driver of a table with keeps_packed_kv): the calling thread's buffer for
+  // this (batch, kv head), kept across the head's row blocks that run on the thread: its K rounded to
+  // bf16 rows and its V packed into bf16 pairs of keys, unit by unit (kPackUnitKeys keys) as a block
+  // first needs them; null: each block packs its own tiles. Over keys [0, valid_keys): key j's K at
+  // packed_k + j·packed_k_words(head_dim), the V of keys 2p and 2p + 1 at packed_v +
+  // p·packed_v_words(value_dim); packed_state[u] for keys [u·kPackUnitKeys, (u + 1)·kPackUnitKeys):
+  // 0 not packed, 2 packed, 3 packed and its V holds a NaN or an infinity (a masked key's weight 0
+  // must not meet it in a pair's product: such tiles pack their own V).
   uint32_t* packed_k;
   uint32_t* packed_v;
   int32_t* packed_state;
@@ -160,9 +160,9 @@ struct KernelTable {
   FlashFn flash_narrow;      // computes one FlashWork of a few rows (decode); needs narrow_fits
   FlashFn flash_wide;        // computes one FlashWork of any rows (prefill)
   ScratchFn scratch_floats;  // per-thread scratch the flash kernel needs, in floats (64-byte aligned)
-  // The bf16-math table: its wide driver takes K/V packed once per (batch, kv head) and shared by
-  // the row blocks (FlashWork::packed_k) when the runtime provides them.
-  bool shares_packed_kv;
+  // The bf16-math table: its wide driver keeps K/V packed across a (batch, kv head)'s row blocks
+  // on one thread (FlashWork::packed_k) when the runtime provides the buffers.
+  bool keeps_packed_kv;
 };
 
 // One table per compiled ISA (defined in runtime/kernels/arch/*.cpp). Null when not compiled in.

@@ -263,8 +263,8 @@ TEST(PagedAttentionInvariance, ChunkBitsIndependentOfBatchAndThreads) {
       for (int64_t f : forks) cache.release(f);
       return rows;
     };
-    // bf16 math: the 70-token prompt (140 rows, two blocks) shares each kv head's packed K/V between
-    // its blocks, through a ring of 2 (1 thread) to 8 packed heads.
+    // bf16 math: the 70-token prompt (140 rows, two blocks) keeps each kv head's packed K/V across
+    // its blocks on a thread (1 thread: both blocks, the buffer started over for each head).
     for (const FpMath f : {FpMath::strict, FpMath::bf16}) {
       fpmath = f;
       const double tol = f == FpMath::strict ? 1e-5 : 1e-2;

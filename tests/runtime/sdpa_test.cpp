@@ -445,13 +445,13 @@ TEST_P(SdpaBf16Math, NonFiniteMaskedKeysStayOut) {
   }
 }
 
-// bf16 math shares each kv head's K/V, packed once, between the head's row blocks (the runtime's
-// ring of packed heads, FlashWork::packed_k): a block gives the bits it gives packing its own tiles.
-// A call of two 128-row blocks (packing shared) against one of the second block's rows alone (one
-// block, packing its own), over windows (a block's keys starting at odd ones), causal and not,
-// key counts off the 128-key units, padded head dims, GQA, a padding length, and a NaN/infinity in
-// V (the V pairs then not shared, K still).
-TEST_P(SdpaBf16Math, SharedPackingKeepsEachBlocksBits) {
+// bf16 math keeps each kv head's K/V packed across the head's row blocks on a thread (a buffer per
+// thread, FlashWork::packed_k): a block gives the bits it gives packing its own tiles. A call of two
+// 128-row blocks (one thread: the first reusing what the second packed) against each block's rows
+// alone (one block: packing per tile), over windows (a block's keys starting at odd
+// ones), causal and not, key counts off the 128-key units, padded head dims, GQA, a padding length,
+// and a NaN/infinity in V (the V pairs then not kept, K still).
+TEST_P(SdpaBf16Math, KeptPackingKeepsEachBlocksBits) {
   struct Shape {
     int64_t Hq, Hkv, Nk, D, Dv, window, kv_len;
     bool causal, bad_v;
@@ -467,8 +467,8 @@ TEST_P(SdpaBf16Math, SharedPackingKeepsEachBlocksBits) {
     const int64_t R = 128 / (s.Hq / s.Hkv);  // query positions per 128-row block
     std::mt19937 rng(static_cast<uint32_t>(s.Nk));
     TestTensor q = TestTensor::make({1, s.Hq, 2 * R, s.D}), k = TestTensor::make({1, s.Hkv, s.Nk, s.D}),
-               v = TestTensor::make({1, s.Hkv, s.Nk, s.Dv}), both = TestTensor::make({1, s.Hq, 2 * R, s.Dv}),
-               second = TestTensor::make({1, s.Hq, R, s.Dv});
+               v = TestTensor::make({1, s.Hkv, s.Nk, s.Dv}), both = TestTensor::make({1, s.Hq, 2 * R, s.Dv});
+    TestTensor alone[2] = {TestTensor::make({1, s.Hq, R, s.Dv}), TestTensor::make({1, s.Hq, R, s.Dv})};
     q.fill_uniform(rng, -2.0f, 2.0f);
     k.fill_uniform(rng);
     v.fill_uniform(rng);
@@ -483,20 +483,30 @@ TEST_P(SdpaBf16Math, SharedPackingKeepsEachBlocksBits) {
     opt.window = s.window;
     const std::vector<int64_t> lens{s.kv_len};
     if (s.kv_len) opt.kv_lens = lens;
-    const TensorView q_second(q.view.data() + R * s.D, {1, s.Hq, R, s.D}, q.view.strides());
-    scaled_dot_product_attention(q_second, k.cview(), v.cview(), second.view, opt);
-    // (1 thread: a ring of two packed heads, reused by the third; 3: one slot each)
+    // Each block's rows alone: the second block's positions with every key; the first block's with
+    // R keys fewer when causal (its rows' positions then the same; it sees none of those keys).
+    for (int block : {0, 1}) {
+      const int64_t keys = s.causal && block == 0 ? s.Nk - R : s.Nk;
+      const TensorView qb(q.view.data() + block * R * s.D, {1, s.Hq, R, s.D}, q.view.strides()),
+          kb(k.view.data(), {1, s.Hkv, keys, s.D}, k.view.strides()),
+          vb(v.view.data(), {1, s.Hkv, keys, s.Dv}, v.view.strides());
+      scaled_dot_product_attention(qb, kb, vb, alone[block].view, opt);
+    }
+    // (1 thread: the first block reuses what the second packed, the buffer started over for each
+    // head; 3: a head's blocks on different threads)
     for (int threads : {1, 3}) {
       opt.num_threads = threads;
       scaled_dot_product_attention(q.cview(), k.cview(), v.cview(), both.view, opt);
-      int64_t differ = 0;
-      for (int64_t h = 0; h < s.Hq; ++h)
-        for (int64_t i = 0; i < R; ++i)
-          for (int64_t d = 0; d < s.Dv; ++d) {
-            const float a = both.at(0, h, R + i, d), b = second.at(0, h, i, d);
-            differ += std::memcmp(&a, &b, sizeof(float)) != 0;
-          }
-      EXPECT_EQ(differ, 0) << threads << " threads";
+      for (int block : {0, 1}) {
+        int64_t differ = 0;
+        for (int64_t h = 0; h < s.Hq; ++h)
+          for (int64_t i = 0; i < R; ++i)
+            for (int64_t d = 0; d < s.Dv; ++d) {
+              const float a = both.at(0, h, block * R + i, d), b = alone[block].at(0, h, i, d);
+              differ += std::memcmp(&a, &b, sizeof(float)) != 0;
+            }
+        EXPECT_EQ(differ, 0) << "block " << block << ", " << threads << " threads";
+      }
     }
   }
 }
