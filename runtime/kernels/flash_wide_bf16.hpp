@@ -7,7 +7,7 @@
 // K rows and V pairs are kept packed across a (batch, kv head)'s row blocks on one thread when the
 // runtime gives the thread a buffer (FlashWork::packed_k), unit by unit as a block first needs each:
 // the same code, so the same bits, as packing per tile. Zen 5, two threads, alternated in one
-// process (medians of 21), per tile → kept per thread: 8 heads, D 64, 512² 0.862 → 0.838 ms (P1),
+// process (medians of 21), per tile → kept per thread: 8 heads, D 64, 512² 0.86 → 0.84 ms (P1),
 // 2048² 12.92 / 12.50 → 11.97 / 11.61 (P2), causal 2048² 7.10 / 6.93 → 6.74 / 6.62 (P3); 32 heads,
 // D 128, causal 2048² 51.9 → 48.8 / 48.5 (P4); causal 512² unchanged. One buffer per kv head shared
 // by both threads (a ring of heads, each unit packed by the first block to need it, the other
@@ -182,8 +182,8 @@ struct Bf16Wide {
       // waited on its loads from L2 (perf: ~1/3 of the driver's own samples). Zen 5, two threads,
       // alternated in one process, medians of 30: causal 2048², 8 heads, D 64 7.18/7.05 → 6.91/6.80
       // ms, D 80 9.10/9.09 → 8.77/8.77; 512² unchanged (K's next tile requested too: no better; the
-      // f32 path, whose P·V reads V in place, unchanged by the same requests). V packed once and
-      // shared (FlashWork::packed_v): the same requests for its pairs changed nothing.
+      // f32 path, whose P·V reads V in place, unchanged by the same requests). Kept V pairs
+      // (FlashWork::packed_v): the same requests for them changed nothing.
       if (!vkept)
         for (int r = 0; r < R; ++r) prefetch_rows(src.value(j0 + jj + r), 0, 1, w.value_dim);
       for (int r = 0; r < R; ++r) krow[r] = kbase + (jj + r) * (kd / 2);
@@ -203,9 +203,8 @@ struct Bf16Wide {
   bool pv(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alpha, const float* st, int64_t j0, int64_t nk,
           int nv0, int nv1, bool masked) {
     const int64_t key_pairs = (nk + 1) / 2;
-    const bool vpacked = vkept;
-    const __mmask16 special = vpacked ? 0 : pack_value_pairs<Arch>(w, src, j0, nk, dvp, v2);
-    const uint32_t* vsrc = vpacked ? w.packed_v + j0 / 2 * dvp : v2;
+    const __mmask16 special = vkept ? 0 : pack_value_pairs<Arch>(w, src, j0, nk, dvp, v2);
+    const uint32_t* vsrc = vkept ? w.packed_v + j0 / 2 * dvp : v2;
     for (int64_t jp = 0; jp < key_pairs; ++jp) {
       const int64_t j = 2 * jp;
       for (int64_t n = nv0; n < nv1; ++n) {
