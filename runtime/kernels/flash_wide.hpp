@@ -29,8 +29,8 @@ struct Bf16Wide;
 // 5, two threads, alternated in one process, medians of 21, bf16 math: 8 heads, D 64, 512² 0.840 / 0.788 → 0.803 /
 // 0.764 ms (the FMA alone 0.825 / 0.788), causal 2048² 6.83 / 6.85 → 6.65 / 6.62 (6.80); 32 heads, D 128, causal
 // 2048² 49.7 / 48.9 → 48.8 / 48.0 (49.2 / 48.4); f32 causal 2048² 11.52 / 11.35 → 11.46 / 11.24 (the FMA).
-template <class Arch, int NV, bool kBf16 = false>
-void exp_columns(float* st, int64_t ldr, int64_t nk, const vfloat<Arch>* ref, vfloat<Arch>* sum) {
+template <class Arch, int NV, bool kBf16 = false, class Pairs = std::nullptr_t>
+void exp_columns(float* st, int64_t ldr, int64_t nk, const vfloat<Arch>* ref, vfloat<Arch>* sum, Pairs pairs = {}) {
   using B = vfloat<Arch>;
   constexpr int W = B::size;
   B acc[NV], r[NV];
@@ -41,14 +41,35 @@ void exp_columns(float* st, int64_t ldr, int64_t nk, const vfloat<Arch>* ref, vf
     r[n] = -(ref[n] * B(kLog2e));
     huge = huge || xsimd::any(xsimd::abs(r[n]) == B(std::numeric_limits<float>::infinity()));
   }
-  auto exp2 = [](B x) { return kBf16 ? exp2_nonpositive_bf16<Arch>(x) : exp2_nonpositive<Arch>(x); };
-  for (int64_t jj = 0; jj < nk; ++jj, st += ldr) {
-    ATTEND_UNROLL
-    for (int n = 0; n < NV; ++n) {
-      const B s = B::load_aligned(st + n * W);
-      const B p = huge ? exp2((s - ref[n]) * B(kLog2e)) : exp2(xsimd::fma(s, B(kLog2e), r[n]));
-      p.store_aligned(st + n * W);
-      acc[n] += p;
+  auto exp2 = [&](const float* at, int n) {
+    const B s = B::load_aligned(at);
+    const B x = huge ? (s - ref[n]) * B(kLog2e) : xsimd::fma(s, B(kLog2e), r[n]);
+    return kBf16 ? exp2_nonpositive_bf16<Arch>(x) : exp2_nonpositive<Arch>(x);
+  };
+  if constexpr (std::is_same_v<Pairs, std::nullptr_t>) {
+    for (int64_t jj = 0; jj < nk; ++jj, st += ldr) {
+      ATTEND_UNROLL
+      for (int n = 0; n < NV; ++n) {
+        const B p = exp2(st + n * W, n);
+        p.store_aligned(st + n * W);
+        acc[n] += p;
+      }
+    }
+  } else {  // two keys at a time, each pair's weights handed to pairs(pair, n, p0, p1) too
+    for (int64_t jj = 0; jj < nk; jj += 2, st += 2 * ldr) {
+      ATTEND_UNROLL
+      for (int n = 0; n < NV; ++n) {
+        const B p0 = exp2(st + n * W, n);
+        p0.store_aligned(st + n * W);
+        acc[n] += p0;
+        B p1(0.0f);  // (an odd last key pairs with zero)
+        if (jj + 1 < nk) {
+          p1 = exp2(st + ldr + n * W, n);
+          p1.store_aligned(st + ldr + n * W);
+          acc[n] += p1;
+        }
+        pairs(jj / 2, n, p0, p1);
+      }
     }
   }
   ATTEND_UNROLL
@@ -322,18 +343,22 @@ void flash_wide(const FlashWork& w, float* scratch) {
       exp2_nonpositive<Arch>((m_old - ref[n]) * B(kLog2e)).store_aligned(alpha + n * W);
     }
     static_assert(T::kMaxRowVectors == 4, "exp_columns is dispatched for 1–4 row vectors");
-    for (int n0 = nv0; n0 < nv1; n0 += 4) {
-      switch (nv1 - n0) {
-        case 1: exp_columns<Arch, 1, kBf16Math>(st + n0 * W, ldr, nk, ref + n0, sum + n0); break;
-        case 2: exp_columns<Arch, 2, kBf16Math>(st + n0 * W, ldr, nk, ref + n0, sum + n0); break;
-        case 3: exp_columns<Arch, 3, kBf16Math>(st + n0 * W, ldr, nk, ref + n0, sum + n0); break;
-        default: exp_columns<Arch, 4, kBf16Math>(st + n0 * W, ldr, nk, ref + n0, sum + n0); break;
+    if constexpr (kBf16Math) {
+      bf.exponentials(st, nk, nv0, nv1, ref, sum);
+    } else {
+      for (int n0 = nv0; n0 < nv1; n0 += 4) {
+        switch (nv1 - n0) {
+          case 1: exp_columns<Arch, 1>(st + n0 * W, ldr, nk, ref + n0, sum + n0); break;
+          case 2: exp_columns<Arch, 2>(st + n0 * W, ldr, nk, ref + n0, sum + n0); break;
+          case 3: exp_columns<Arch, 3>(st + n0 * W, ldr, nk, ref + n0, sum + n0); break;
+          default: exp_columns<Arch, 4>(st + n0 * W, ldr, nk, ref + n0, sum + n0); break;
+        }
       }
     }
     for (int n = nv0; n < nv1; ++n)
       xsimd::fma(B::load_aligned(l + n * W), B::load_aligned(alpha + n * W), sum[n]).store_aligned(l + n * W);
     if constexpr (kBf16Math) {
-      if (bf.pv(src, oacc, dvp, alpha, st, j0, nk, nv0, nv1, masked)) continue;
+      if (bf.pv(src, oacc, dvp, alpha, j0, nk, nv0, nv1, masked)) continue;
     }
     if constexpr (kTransposedO) {  // (Oᵀ: the rows are columns)
       if constexpr (kFloat) {
