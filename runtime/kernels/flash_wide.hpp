@@ -25,10 +25,13 @@ struct Bf16Wide;
 // Sᵀ ← 2^((Sᵀ − ref)·log2 e) over `nk` keys, NV vectors of query rows per key, and sum[n] = the
 // column sums. The NV exponentials of a key are independent and Sᵀ is walked in memory order
 // (+1% on P1–P3 over one column of vectors at a time). The argument is one FMA, Sᵀ·log2 e −
-// ref·log2 e (unless that overflows); kBf16 (bf16 math, whose P·V rounds the weights to bf16) takes the cubic 2^x. Zen
-// 5, two threads, alternated in one process, medians of 21, bf16 math: 8 heads, D 64, 512² 0.840 / 0.788 → 0.803 /
-// 0.764 ms (the FMA alone 0.825 / 0.788), causal 2048² 6.83 / 6.85 → 6.65 / 6.62 (6.80); 32 heads, D 128, causal
-// 2048² 49.7 / 48.9 → 48.8 / 48.0 (49.2 / 48.4); f32 causal 2048² 11.52 / 11.35 → 11.46 / 11.24 (the FMA).
+// ref·log2 e (unless that overflows); kBf16 (bf16 math, whose P·V rounds the weights to bf16
+// next) takes the cubic 2^x. Zen 5, two threads, alternated in one process, medians of 21, bf16
+// math: 8 heads, D 64, 512² 0.840 / 0.788 → 0.803 / 0.764 ms (the FMA alone 0.825 / 0.788),
+// causal 2048² 6.83 / 6.85 → 6.65 / 6.62 (6.80); 32 heads, D 128, causal 2048² 49.7 / 48.9 → 48.8
+// / 48.0 (49.2 / 48.4); f32 causal 2048² 11.52 / 11.35 → 11.46 / 11.24 (the FMA). With `pairs`,
+// two keys at a time, each pair's weights also handed to pairs(pair, n, p0, p1) (bf16 math packs
+// them for P·V).
 template <class Arch, int NV, bool kBf16 = false, class Pairs = std::nullptr_t>
 void exp_columns(float* st, int64_t ldr, int64_t nk, const vfloat<Arch>* ref, vfloat<Arch>* sum, Pairs pairs = {}) {
   using B = vfloat<Arch>;
