@@ -39,9 +39,12 @@ int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 // Keeping a (batch, kv head)'s packed K/V across its row blocks pays from two row blocks on.
 constexpr int64_t kPackMinRowBlocks = 2;
 
+bool plan_packs(const kernels::KernelTable& table, const plan::AttentionPlan& p) {
+  return table.keeps_packed_kv && p.row_blocks >= kPackMinRowBlocks && p.key_splits == 1;
+}
+
 bool packs(const kernels::KernelTable& table, const plan::AttentionPlan& p, const BatchEntry& e) {
-  return table.keeps_packed_kv && p.row_blocks >= kPackMinRowBlocks && p.key_splits == 1 && e.num_queries > 0 &&
-         e.valid_keys > 0;
+  return plan_packs(table, p) && e.num_queries > 0 && e.valid_keys > 0;
 }
 
 void plan_packing(Schedule& s, const Problem& pr, const kernels::KernelTable& table) {
@@ -132,7 +135,7 @@ void add_attention_needs(const kernels::KernelTable& table, int64_t batch, int64
   needs[detail::Slot::tile_scratch] += static_cast<size_t>(t) * thread_stride(p);
   needs[detail::Slot::split_partials] += p.partial_floats();
   // (a bound for any batch of these sizes: entries of fewer keys pack less)
-  if (table.keeps_packed_kv && p.row_blocks >= kPackMinRowBlocks && p.key_splits == 1)
+  if (plan_packs(table, p))
     needs[detail::Slot::packed_kv] += static_cast<size_t>(t * kernels::packed_kv_floats(max_keys, head_dim, value_dim));
 }
 
