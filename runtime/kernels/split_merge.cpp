@@ -16,9 +16,17 @@ void merge_key_splits(const SplitMergeArgs& a) {
     const int64_t i = r / a.group, g = r % a.group;
     void* dst = static_cast<char*>(a.o) + (g * a.o_head_stride + i * a.o_row_stride) * elem;
     float m = -INFINITY;
-    for (int64_t c = 0; c < a.splits; ++c) m = std::max(m, a.partial[c * split_floats + a.rows * Dv + 2 * r]);
+    // A range whose state holds a NaN (a NaN logit, value or query it saw) makes the row NaN, as one
+    // range would: std::max alone skips a NaN maximum, and a row whose ranges all had one output 0.
+    bool poisoned = false;
+    for (int64_t c = 0; c < a.splits; ++c) {
+      const float* ml = a.partial + c * split_floats + a.rows * Dv + 2 * r;
+      poisoned |= std::isnan(ml[0]) || std::isnan(ml[1]);
+      m = std::max(m, ml[0]);
+    }
+    if (poisoned) m = NAN;
     float l = 0.0f;
-    if (m != -INFINITY)  // else every key masked: zeros
+    if (m != -INFINITY)  // else every key masked: zeros (a NaN m gives NaN sums)
       for (int64_t c = 0; c < a.splits; ++c) {
         const float* ml = a.partial + c * split_floats + a.rows * Dv;
         if (ml[2 * r + 1] != 0.0f) l += std::exp(ml[2 * r] - m) * ml[2 * r + 1];
