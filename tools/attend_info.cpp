@@ -118,6 +118,10 @@ int main(int argc, char** argv) {
   // What SdpaOptions::fpmath = FpMath::bf16 runs on the active path.
   const std::string bf16_math =
       attend::bf16_math_native() ? "vdpbf16ps (avx512_bf16)" : "f32 (no AVX512_BF16 on the active path)";
+  // The 8-bit cache's decode of 2+ rows per kv head: integer dot products on the avx512_bf16 tier
+  // (which requires AVX512_VNNI), else its codes widened to f32.
+  const std::string i8_decode =
+      attend::bf16_math_native() ? "vpdpwssd, 16-bit Q and weights (avx512_bf16)" : "f32 (codes widened)";
   const std::string model = attend::cpu_model();
   // index0..3 on Linux are L1d, L1i, L2, L3 (per core / shared).
   const std::string l1d = cache_size(0), l2 = cache_size(2), l3 = cache_size(3);
@@ -137,12 +141,13 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"attend_version\":\"%s\",\"cpu_model\":\"%s\",\"isa_compiled\":%s,\"isa_supported\":%s,"
         "\"isa_active\":\"%s\",\"cache_l1d\":\"%s\",\"cache_l2\":\"%s\",\"cache_l3\":\"%s\",\"omp_threads\":%d,"
-        "\"onednn_version\":\"%s\",\"onednn_isa\":\"%s\",\"fpmath_bf16\":\"%s\",\"numa_source\":\"%s\","
+        "\"onednn_version\":\"%s\",\"onednn_isa\":\"%s\",\"fpmath_bf16\":\"%s\",\"i8_decode\":\"%s\","
+        "\"numa_source\":\"%s\","
         "\"numa_nodes\":%s}\n",
         ATTEND_VERSION_STRING, escape(model).c_str(), json_list(attend::compiled_isas()).c_str(),
         json_list(attend::supported_isas()).c_str(), active.c_str(), l1d.c_str(), l2.c_str(), l3.c_str(),
-        omp_get_max_threads(), onednn.c_str(), onednn_isa.c_str(), bf16_math.c_str(), numa_source.c_str(),
-        numa_json.c_str());
+        omp_get_max_threads(), onednn.c_str(), onednn_isa.c_str(), bf16_math.c_str(), i8_decode.c_str(),
+        numa_source.c_str(), numa_json.c_str());
   } else {
     std::printf("attend %s\n", ATTEND_VERSION_STRING);
     std::printf("cpu            %s\n", model.c_str());
@@ -150,6 +155,7 @@ int main(int argc, char** argv) {
     std::printf("isa supported  %s\n", join(attend::supported_isas()).c_str());
     std::printf("isa active     %s (cap with ATTEND_ISA=generic|avx2|avx512|avx512_bf16)\n", active.c_str());
     std::printf("fpmath bf16    %s\n", bf16_math.c_str());
+    std::printf("i8 decode      %s\n", i8_decode.c_str());
     std::printf("caches         L1d %s, L2 %s, L3 %s\n", l1d.c_str(), l2.c_str(), l3.c_str());
     std::printf("omp threads    %d\n", omp_get_max_threads());
     std::printf("onednn         %s (isa %s)\n", onednn.c_str(), onednn_isa.c_str());

@@ -14,15 +14,20 @@ enum class Isa {
   generic,  ///< baseline vectors of the build target (SSE2 on x86-64, NEON on aarch64)
   avx2,     ///< AVX2 + FMA (x86-64)
   avx512,   ///< AVX-512 F/CD/DQ/BW (x86-64)
-  /// AVX-512 F/CD/DQ/BW + AVX512_BF16 (x86-64: Zen 4, Zen 5, Cooper Lake, Sapphire Rapids): the
-  /// avx512 kernels, plus `vdpbf16ps` microkernels that SdpaOptions::fpmath = FpMath::bf16 runs on.
+  /// AVX-512 F/CD/DQ/BW + AVX512_BF16 + AVX512_VNNI (x86-64: Zen 4, Zen 5, Cooper Lake, Sapphire
+  /// Rapids): the avx512 kernels, plus `vdpbf16ps` microkernels that SdpaOptions::fpmath =
+  /// FpMath::bf16 runs on, and an 8-bit cache's decode (two or more rows per kv head) in `vpdpwssd`
+  /// integer dot products (README, Guarantees).
   avx512_bf16,
 };
 
 /// How a call may round the operands of its two matrix products (named after oneDNN's
 /// fpmath_mode). The softmax, its running maxima and sums, and every accumulation stay f32.
 enum class FpMath {
-  strict,  ///< f32 arithmetic throughout (the default)
+  /// f32 arithmetic throughout (the default). One exception, a property of the storage: an 8-bit
+  /// KV cache's decode on the avx512_bf16 path multiplies its integer codes with the query and the
+  /// weights rounded to 16 bits (README, Guarantees), whatever the FpMath.
+  strict,
   /// Q·Kᵀ and P·V may round their operands to bf16 (round to nearest even) and accumulate in f32:
   /// prefill-shaped work runs on vdpbf16ps, twice the f32 FMA rate. Decode-shaped work, bound by
   /// memory, stays f32. On a path without AVX512_BF16 this is `strict` (never an error).

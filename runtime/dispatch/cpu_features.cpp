@@ -37,7 +37,9 @@ CpuFeatures detect() {
     f.avx512 = f.avx2_fma && avx512f && avx512dq && avx512cd && avx512bw && os_zmm;
     unsigned a71 = 0, b71 = 0, c71 = 0, d71 = 0;
     if (a7 >= 1 && __get_cpuid_count(7, 1, &a71, &b71, &c71, &d71))
-      f.avx512_bf16 = f.avx512 && ((a71 >> 5) & 1);  // CPUID.(7,1):EAX[5]
+      // CPUID.(7,1):EAX[5]; and AVX512_VNNI, CPUID.(7,0):ECX[11] (every AVX512_BF16 CPU has it: the
+      // tier's 8-bit cache decode uses vpdpwssd).
+      f.avx512_bf16 = f.avx512 && ((a71 >> 5) & 1) && ((c7 >> 11) & 1);
   }
   unsigned brand[12] = {};
   if (__get_cpuid(0x80000000, &a, &b, &c, &d) && a >= 0x80000004) {

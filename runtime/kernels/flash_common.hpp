@@ -292,7 +292,12 @@ void pvt_runs(const KvSource<E>& src, float* ot, int64_t ldot, const float* alph
 
 // Scratch layout, in floats, each part 64-byte aligned.
 struct Layout {
-  int64_t qt, st, oacc, kpanel, vpanel, m, l, alpha, ones, lo, hi, colmax, slope, pos, zeros, qstage, total;
+  int64_t qt, st, oacc, kpanel, vpanel, m, l, alpha, ones, lo, hi, colmax, slope, pos, zeros, qstage;
+  // The 8-bit cache's integer decode (flash_narrow_i8), for up to 16 rows: query quads (int32),
+  // query and weight scales, weight codes (int16, one kNarrowBlockKeys row each, or a query row)
+  // and the tile's P·V sums (int32).
+  int64_t i8_q, i8_scales, i8_w, i8_acc;
+  int64_t total;
 };
 
 template <class Arch>
@@ -326,6 +331,11 @@ Layout make_layout(int64_t head_dim, int64_t value_dim, int64_t rows) {
   s.pos = take(rows_p);
   s.zeros = take(dp);
   s.qstage = take(W * head_dim);  // W rows of a 16-bit Q widened before the transpose
+  const int64_t rows16 = min64(rows_p, 16);
+  s.i8_q = take(4 * rows16 * dp);
+  s.i8_scales = take(2 * rows_p);
+  s.i8_w = take(max64(rows16 * T::kNarrowBlockKeys, dp) / 2);
+  s.i8_acc = take(rows16 * dvp);
   s.total = at;
   return s;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "flash_narrow.hpp"
+#include "flash_narrow_i8.hpp"
 #include "flash_wide.hpp"
 #include "flash_wide_bf16.hpp"
 
@@ -21,7 +22,13 @@ void flash_any_type(const FlashWork& w, float* scratch) {
 
 template <class Arch, class E>
 struct NarrowDriver {
-  static void run(const FlashWork& w, float* scratch) { flash_narrow<Arch, E>(w, scratch); }
+  static void run(const FlashWork& w, float* scratch) {
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__)
+    // AVX512_VNNI (the avx512_bf16 tables): an 8-bit cache's decode in integer dot products.
+    if constexpr (std::is_same_v<E, I8>) return flash_narrow_i8<Arch>(w, scratch);
+#endif
+    flash_narrow<Arch, E>(w, scratch);
+  }
 };
 template <class Arch, class E>
 struct WideDriver {

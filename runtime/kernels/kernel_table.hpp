@@ -11,7 +11,8 @@ namespace attend::kernels {
 /// Element type of Q, K, V and O. bf16 and f16 (16-bit tensors, a KV cache's storage) are converted
 /// to f32 as they are loaded and rounded (to nearest even) as O is stored; arithmetic is f32. i8
 /// (an 8-bit cache's K and V only, blocked K) is widened and multiplied by its token's scale
-/// (FlashWork::k_scale, v_scale).
+/// (FlashWork::k_scale, v_scale); on AVX512_VNNI tables its decode of two or more rows multiplies
+/// the codes in integers instead (flash_narrow_i8.hpp).
 enum class KvType : int { f32, bf16, f16, i8 };
 
 /// Bytes per element of `t`.

@@ -19,6 +19,14 @@ inline std::vector<std::tuple<Isa, DType>> isa_dtype_params() {
   return p;
 }
 
+/// The bound (× the output's largest magnitude) a cache call on `isa` is tested at against the double
+/// reference over the values a cache of type t holds: 1e-5 (f32 arithmetic), and 1e-4 for an 8-bit
+/// cache on the avx512_bf16 tier, whose decode of two or more rows per kv head is integer
+/// arithmetic on the queries and the weights rounded to 16 bits (README, Guarantees).
+inline double stored_values_tolerance(Isa isa, DType t) {
+  return t == DType::i8 && isa == Isa::avx512_bf16 ? 1e-4 : 1e-5;
+}
+
 inline std::string isa_dtype_name(const ::testing::TestParamInfo<std::tuple<Isa, DType>>& i) {
   return std::string(isa_name(std::get<0>(i.param))) + "_" + dtype_name(std::get<1>(i.param));
 }

@@ -77,7 +77,8 @@ TEST_P(CachedAttention, MatchesReferenceOverStoredValues) {
         const std::vector<float> o(guarded.base(), guarded.base() + q.size());
         EXPECT_EQ(cache.length(2), total);
         EXPECT_EQ(cache.length(0), total);
-        EXPECT_TRUE(close_to(o, reference_over_stored(q, k, v, B, Hq, Hkv, N, total, D, window, dtype), 1e-5));
+        EXPECT_TRUE(close_to(o, reference_over_stored(q, k, v, B, Hq, Hkv, N, total, D, window, dtype),
+                             stored_values_tolerance(isa, dtype)));
       }
 }
 
@@ -125,8 +126,81 @@ TEST_P(CachedAttention, NonFiniteTokenOutsideTheWindowStaysOut) {
           got.push_back(o[static_cast<size_t>((h * N + i) * D + d)]);
           ref_rows.push_back(want[static_cast<size_t>((h * N + i) * D + d)]);
         }
-    EXPECT_TRUE(close_to(got, ref_rows, 1e-5));
+    EXPECT_TRUE(close_to(got, ref_rows, stored_values_tolerance(isa, dtype)));
   }
+}
+
+// The 8-bit cache's integer decode (avx512_bf16 tier, two or more rows per kv head) at the edges of
+// its arithmetic, against the reference over the stored values at its bound, and the f32 kernels
+// (avx512) on the same cache: the largest depth whose sums fit 32 bits (D 512, every K code 127 and
+// every query code 32767: Σ = 512·127·32767, 99.2% of 2³¹, and V codes ±127 with equal weights
+// across whole tiles) and one past it (D 528, the f32 fallback); groups of 2, 3 (a padding row), 4
+// and 8 rows; 1001 keys (an odd last key, paired with a zero weight) and split-K ranges; a
+// non-finite query (the f32 fallback: the rounded query would lose it) and a NaN V token a row sees
+// (its tile's P·V in f32: the row's output is NaN, as the reference's).
+TEST(I8IntegerDecode, EdgesOfItsSumsMatchTheReference) {
+  const auto isas = supported_isas();
+  if (std::find(isas.begin(), isas.end(), Isa::avx512_bf16) == isas.end())
+    GTEST_SKIP() << "this CPU has no AVX512_BF16 + AVX512_VNNI: the integer decode is not built for it";
+  for (int64_t D : {512, 528, 64})
+    for (int64_t G : {2, 3, 4, 8})
+      for (int64_t total : {1001, 2600})
+        for (int special : {0, 1, 2}) {  // 0 none, 1 NaN query element, 2 NaN V token seen by all
+          SCOPED_TRACE("D=" + std::to_string(D) + " G=" + std::to_string(G) + " total=" + std::to_string(total) +
+                       " special=" + std::to_string(special));
+          const int64_t Hkv = 2, Hq = G * Hkv;
+          std::mt19937 rng(static_cast<uint32_t>(D * 31 + G * 7 + total + special));
+          std::vector<float> k(static_cast<size_t>(Hkv * total * D)), v(k.size());
+          std::vector<float> q = random_values(rng, static_cast<size_t>(Hq * D));
+          if (D == 512) {  // the largest sums: K and q constant, V codes at ±127
+            std::fill(k.begin(), k.end(), 0.5f);
+            std::fill(q.begin(), q.end(), 0.25f);
+            for (size_t i = 0; i < v.size(); ++i) v[i] = (i * 7919 % 3 == 0) ? -2.0f : 2.0f;
+          } else {
+            k = random_values(rng, k.size());
+            v = random_values(rng, v.size());
+          }
+          if (special == 1) q[static_cast<size_t>(D + 3)] = NAN;  // row 1 of kv head 0
+          if (special == 2)
+            for (int64_t h = 0; h < Hkv; ++h) v[static_cast<size_t>((h * total + total / 2) * D + 5)] = NAN;
+          std::vector<float> ref_k = k, ref_v = v;
+          const auto want = reference_over_stored(q, ref_k, ref_v, 1, Hq, Hkv, 1, total, D, 0, DType::i8);
+          for (Isa isa : {Isa::avx512_bf16, Isa::avx512}) {
+            SCOPED_TRACE(isa_name(isa));
+            KVCache cache({Hkv, D, 1, total, DType::i8});
+            const TensorView::Dims strides{0, total * D, D, 1};
+            cache.append(0, TensorView(k.data(), {1, Hkv, total - 1, D}, strides),
+                         TensorView(v.data(), {1, Hkv, total - 1, D}, strides));
+            std::vector<float> o(q.size());
+            SdpaOptions opt;
+            opt.isa = isa;
+            const int64_t seqs[] = {0};
+            cached_attention(TensorView::dense(q.data(), {1, Hq, 1, D}),
+                             TensorView(k.data() + (total - 1) * D, {1, Hkv, 1, D}, strides),
+                             TensorView(v.data() + (total - 1) * D, {1, Hkv, 1, D}, strides), cache, seqs,
+                             TensorView::dense(o.data(), {1, Hq, 1, D}), opt);
+            if (special == 0) {
+              EXPECT_TRUE(close_to(o, want, stored_values_tolerance(isa, DType::i8)));
+              continue;
+            }
+            // The rows that met a NaN are NaN; the others match the reference.
+            std::vector<float> got;
+            std::vector<double> clean;
+            for (int64_t r = 0; r < Hq; ++r) {
+              const bool poisoned = special == 2 || r == 1;
+              for (int64_t d = 0; d < D; ++d) {
+                const float x = o[static_cast<size_t>(r * D + d)];
+                if (poisoned) {
+                  EXPECT_TRUE(std::isnan(x)) << "row " << r << " element " << d;
+                } else {
+                  got.push_back(x);
+                  clean.push_back(want[static_cast<size_t>(r * D + d)]);
+                }
+              }
+            }
+            EXPECT_TRUE(close_to(got, clean, stored_values_tolerance(isa, DType::i8)));
+          }
+        }
 }
 
 // The i8 quantisation of one row: scale max|x|/127, every element within half a step of its

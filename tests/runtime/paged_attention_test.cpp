@@ -193,7 +193,7 @@ void mixed_chunks_match_reference(Isa isa, DType dtype, FpMath fpmath, double to
 
 TEST_P(PagedAttention, MixedChunksMatchReference) {
   const auto [isa, dtype] = GetParam();
-  mixed_chunks_match_reference(isa, dtype, FpMath::strict, 1e-5);
+  mixed_chunks_match_reference(isa, dtype, FpMath::strict, stored_values_tolerance(isa, dtype));
 }
 
 // fpmath = bf16 through the paged path: prompt chunks take the bf16 wide driver over blocked,
