@@ -497,6 +497,12 @@ int main(int argc, char** argv) {
   const int threads = omp_get_max_threads();
   const double peak = measure_fma_peak_gflops(threads);
   benchmark::AddCustomContext("cpu_model", attend::cpu_model());
+  {
+    const attend::CpuClass cls = attend::cpu_class();
+    benchmark::AddCustomContext("cpu_class", cls.name);
+    benchmark::AddCustomContext("cpu_family_model", std::to_string(cls.family) + "/" + std::to_string(cls.model));
+    benchmark::AddCustomContext("avx512_bits", std::to_string(cls.avx512_bits));
+  }
   benchmark::AddCustomContext("attend_version", ATTEND_VERSION_STRING);
   benchmark::AddCustomContext("attend_isa", attend::isa_name(attend::active_isa()));
   benchmark::AddCustomContext("onednn_version", attend::onednn_version());

@@ -123,6 +123,16 @@ int main(int argc, char** argv) {
   const std::string i8_decode =
       attend::bf16_math_native() ? "vpdpwssd, 16-bit Q and weights (avx512_bf16)" : "f32 (codes widened)";
   const std::string model = attend::cpu_model();
+  const attend::CpuClass cls = attend::cpu_class();
+  // "Zen 4 (AuthenticAMD family 25 model 17): AVX-512 in two 256-bit halves"
+  const std::string avx512_text = cls.avx512_bits == 256   ? "AVX-512 in two 256-bit halves"
+                                  : cls.avx512_bits == 512 ? "AVX-512 full width"
+                                                           : "";
+  std::string class_text = cls.name.empty() ? std::string("unknown") : cls.name;
+  if (!cls.vendor.empty())
+    class_text +=
+        " (" + cls.vendor + " family " + std::to_string(cls.family) + " model " + std::to_string(cls.model) + ")";
+  if (!avx512_text.empty()) class_text += ": " + avx512_text;
   // index0..3 on Linux are L1d, L1i, L2, L3 (per core / shared).
   const std::string l1d = cache_size(0), l2 = cache_size(2), l3 = cache_size(3);
   std::vector<attend::NumaNode> nodes;
@@ -139,18 +149,21 @@ int main(int argc, char** argv) {
     }
     numa_json += "]";
     std::printf(
-        "{\"attend_version\":\"%s\",\"cpu_model\":\"%s\",\"isa_compiled\":%s,\"isa_supported\":%s,"
+        "{\"attend_version\":\"%s\",\"cpu_model\":\"%s\",\"cpu_class\":\"%s\",\"cpu_vendor\":\"%s\","
+        "\"cpu_family\":%d,\"cpu_model_number\":%d,\"avx512_bits\":%d,\"isa_compiled\":%s,\"isa_supported\":%s,"
         "\"isa_active\":\"%s\",\"cache_l1d\":\"%s\",\"cache_l2\":\"%s\",\"cache_l3\":\"%s\",\"omp_threads\":%d,"
         "\"onednn_version\":\"%s\",\"onednn_isa\":\"%s\",\"fpmath_bf16\":\"%s\",\"i8_decode\":\"%s\","
         "\"numa_source\":\"%s\","
         "\"numa_nodes\":%s}\n",
-        ATTEND_VERSION_STRING, escape(model).c_str(), json_list(attend::compiled_isas()).c_str(),
+        ATTEND_VERSION_STRING, escape(model).c_str(), escape(cls.name).c_str(), escape(cls.vendor).c_str(), cls.family,
+        cls.model, cls.avx512_bits, json_list(attend::compiled_isas()).c_str(),
         json_list(attend::supported_isas()).c_str(), active.c_str(), l1d.c_str(), l2.c_str(), l3.c_str(),
         omp_get_max_threads(), onednn.c_str(), onednn_isa.c_str(), bf16_math.c_str(), i8_decode.c_str(),
         numa_source.c_str(), numa_json.c_str());
   } else {
     std::printf("attend %s\n", ATTEND_VERSION_STRING);
     std::printf("cpu            %s\n", model.c_str());
+    std::printf("cpu class      %s\n", class_text.c_str());
     std::printf("isa compiled   %s\n", join(attend::compiled_isas()).c_str());
     std::printf("isa supported  %s\n", join(attend::supported_isas()).c_str());
     std::printf("isa active     %s (cap with ATTEND_ISA=generic|avx2|avx512|avx512_bf16)\n", active.c_str());

@@ -60,6 +60,22 @@ ATTEND_API Isa active_isa();
 /// A human-readable name of the CPU (from CPUID's brand string, or /proc/cpuinfo).
 ATTEND_API std::string cpu_model();
 
+/// The CPU's microarchitecture class as attend tells them apart, and how it executes AVX-512.
+/// Performance figures are quoted per class (docs/performance.md): a Zen 4 runs each 512-bit
+/// instruction as two 256-bit halves (its FP32 FMA peak is AVX2's), a Zen 5 server or desktop part
+/// runs them full width (twice that peak), and decode's arithmetic per byte hides behind memory
+/// loads on one and not the other.
+struct CpuClass {
+  std::string name;     ///< "Zen 3", "Zen 4", "Zen 5", …; empty when attend does not know the family
+  std::string vendor;   ///< CPUID vendor string ("AuthenticAMD", "GenuineIntel"); empty off x86
+  int family = 0;       ///< CPUID display family (x86); 0 elsewhere
+  int model = 0;        ///< CPUID display model (x86); 0 elsewhere
+  int avx512_bits = 0;  ///< AVX-512 datapath width: 512, 256 (two halves), 0 = no AVX-512 or unknown
+};
+
+/// Detected once; never throws.
+ATTEND_API CpuClass cpu_class();
+
 /// The oneDNN library the layer's projections run on: its version ("2.6.3") and the ISA it
 /// dispatches to on this machine ("avx512_core_bf16", "avx2", …).
 ATTEND_API std::string onednn_version();

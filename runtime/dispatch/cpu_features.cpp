@@ -34,12 +34,23 @@ CpuFeatures detect() {
     const bool avx512f = (b7 >> 16) & 1, avx512dq = (b7 >> 17) & 1, avx512cd = (b7 >> 28) & 1,
                avx512bw = (b7 >> 30) & 1;
     f.avx2_fma = avx && avx2 && fma && f16c && os_ymm;  // F16C widens f16 KV caches
+    f.cpuid_avx512f = avx512f;
     f.avx512 = f.avx2_fma && avx512f && avx512dq && avx512cd && avx512bw && os_zmm;
     unsigned a71 = 0, b71 = 0, c71 = 0, d71 = 0;
     if (a7 >= 1 && __get_cpuid_count(7, 1, &a71, &b71, &c71, &d71))
       // CPUID.(7,1):EAX[5]; and AVX512_VNNI, CPUID.(7,0):ECX[11] (every AVX512_BF16 CPU has it: the
       // tier's 8-bit cache decode uses vpdpwssd).
       f.avx512_bf16 = f.avx512 && ((a71 >> 5) & 1) && ((c7 >> 11) & 1);
+  }
+  {
+    // Vendor (CPUID 0: EBX, EDX, ECX) and the display family and model (CPUID 1: EAX), as the
+    // SDM/APM define them: the extended fields count only for family 15 (and model, 6 or 15).
+    unsigned a0 = 0, v[3] = {};
+    if (__get_cpuid(0, &a0, &v[0], &v[2], &v[1])) f.vendor.assign(reinterpret_cast<const char*>(v), sizeof v);
+    const int base_family = static_cast<int>((a >> 8) & 0xf), base_model = static_cast<int>((a >> 4) & 0xf);
+    f.family = base_family == 15 ? base_family + static_cast<int>((a >> 20) & 0xff) : base_family;
+    f.model_number =
+        base_family == 6 || base_family == 15 ? (static_cast<int>((a >> 16) & 0xf) << 4) + base_model : base_model;
   }
   unsigned brand[12] = {};
   if (__get_cpuid(0x80000000, &a, &b, &c, &d) && a >= 0x80000004) {

@@ -129,4 +129,10 @@ bool bf16_math_native(Isa isa) { return dispatch::resolve(isa) == Isa::avx512_bf
 
 std::string cpu_model() { return dispatch::cpu_features().model; }
 
+CpuClass cpu_class() {
+  const dispatch::CpuFeatures& f = dispatch::cpu_features();
+  const dispatch::CpuClassification c = dispatch::classify_cpu(f.vendor, f.family, f.model_number, f.cpuid_avx512f);
+  return {c.name, f.vendor, f.family, f.model_number, c.avx512_bits};
+}
+
 }  // namespace attend

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "../../runtime/dispatch/cpu_features.hpp"
+
 namespace attend {
 namespace {
 
@@ -112,6 +114,55 @@ TEST(Dispatch, UnknownEnvironmentValueThrows) {
 }
 
 TEST(Dispatch, CpuModelIsNamed) { EXPECT_FALSE(cpu_model().empty()); }
+
+// The classes performance figures are quoted for. Family 25 holds both Zen 3 (no AVX-512) and
+// Zen 4 (AVX-512 in two halves), so the AVX-512 bit decides; Zen 5's mobile parts keep half-width
+// datapaths; other vendors and unknown families are not named (rather than guessed).
+TEST(Dispatch, ClassifiesKnownCpuFamilies) {
+  struct Case {
+    const char* vendor;
+    int family, model;
+    bool avx512;
+    const char* name;
+    int bits;
+  };
+  const Case cases[] = {
+      {"AuthenticAMD", 25, 0x11, true, "Zen 4", 256},  // EPYC 9004 (Genoa), this project's Zen 4
+      {"AuthenticAMD", 25, 0xa0, true, "Zen 4", 256},  // EPYC 97x4 (Bergamo)
+      {"AuthenticAMD", 25, 0x01, false, "Zen 3", 0},   // EPYC 7003 (Milan), this project's Zen 3
+      {"AuthenticAMD", 25, 0x21, false, "Zen 3", 0},   // Ryzen 5000
+      {"AuthenticAMD", 26, 0x02, true, "Zen 5", 512},  // EPYC 9005 (Turin)
+      {"AuthenticAMD", 26, 0x11, true, "Zen 5", 512},  // EPYC 9005 dense
+      {"AuthenticAMD", 26, 0x44, true, "Zen 5", 512},  // Ryzen 9000 (Granite Ridge)
+      {"AuthenticAMD", 26, 0x24, true, "Zen 5", 256},  // Strix Point
+      {"AuthenticAMD", 26, 0x02, false, "Zen 5", 0},   // AVX-512 not reported
+      {"AuthenticAMD", 23, 0x31, false, "Zen 2", 0},   // EPYC 7002 (Rome)
+      {"AuthenticAMD", 23, 0x01, false, "Zen / Zen+", 0},
+      {"AuthenticAMD", 16, 0x04, false, "", 0},  // an older family
+      {"GenuineIntel", 6, 0x8f, true, "", 0},    // not classified
+      {"", 0, 0, false, "", 0},                  // off x86
+  };
+  for (const Case& c : cases) {
+    const dispatch::CpuClassification got = dispatch::classify_cpu(c.vendor, c.family, c.model, c.avx512);
+    EXPECT_STREQ(got.name, c.name) << c.vendor << " " << c.family << "/" << c.model;
+    EXPECT_EQ(got.avx512_bits, c.bits) << c.vendor << " " << c.family << "/" << c.model;
+  }
+}
+
+// cpu_class() reports this machine through the same classification, from CPUID (one of the two
+// AVX-512 answers: the public API does not expose the raw CPUID bit).
+TEST(Dispatch, CpuClassOfThisMachine) {
+  const CpuClass c = cpu_class();
+#if defined(__x86_64__)
+  EXPECT_FALSE(c.vendor.empty());
+  EXPECT_GT(c.family, 0);
+#endif
+  const dispatch::CpuClassification with = dispatch::classify_cpu(c.vendor, c.family, c.model, true),
+                                    without = dispatch::classify_cpu(c.vendor, c.family, c.model, false);
+  EXPECT_TRUE((c.name == with.name && c.avx512_bits == with.avx512_bits) ||
+              (c.name == without.name && c.avx512_bits == without.avx512_bits))
+      << c.name << " " << c.avx512_bits;
+}
 
 }  // namespace
 }  // namespace attend

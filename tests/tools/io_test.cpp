@@ -362,6 +362,15 @@ TEST(AttendInfo, HelpAndJson) {
   EXPECT_EQ(WEXITSTATUS(rc), 0);
   text.assign((std::istreambuf_iterator<char>(std::ifstream(out).rdbuf())), {});
   EXPECT_EQ(text.rfind("{\"attend_version\"", 0), 0u) << text;
+  // The machine class (what performance figures are quoted for) in both forms.
+  EXPECT_NE(text.find("\"cpu_class\":\"" + cpu_class().name + "\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"avx512_bits\":" + std::to_string(cpu_class().avx512_bits)), std::string::npos) << text;
+  rc = std::system((std::string(ATTEND_INFO_PATH) + " >" + out).c_str());
+  EXPECT_EQ(WEXITSTATUS(rc), 0);
+  text.assign((std::istreambuf_iterator<char>(std::ifstream(out).rdbuf())), {});
+  EXPECT_NE(text.find("cpu class      " + (cpu_class().name.empty() ? std::string("unknown") : cpu_class().name)),
+            std::string::npos)
+      << text;
   rc = std::system((std::string(ATTEND_INFO_PATH) + " --no-such-flag >/dev/null 2>&1").c_str());
   EXPECT_NE(WEXITSTATUS(rc), 0);
   std::filesystem::remove(out);

@@ -55,10 +55,17 @@ bool headline(const BenchEntry& e) {
   return main.count(e.group + "/" + e.impl) != 0;
 }
 
+// The CPU as a reader tells runs apart: its brand string and, from runs that record it
+// (attend-bench's context since session 23), its microarchitecture class ("AMD EPYC, Zen 4").
+std::string machine_name(const BenchRun& run) {
+  const std::string cls = run.context_value("cpu_class");
+  return run.context_value("cpu_model") + (cls.empty() ? "" : ", " + cls);
+}
+
 BarChart speedup_chart(const BenchRun& run, bool headline_only) {
   BarChart c;
   c.title = std::string(headline_only ? "attend against oneDNN (main paths), " : "attend against oneDNN, ") +
-            run.label + " (" + run.context_value("cpu_model") + " " + run.context_value("attend_isa") + ", " +
+            run.label + " (" + machine_name(run) + " " + run.context_value("attend_isa") + ", " +
             std::to_string(run.threads) + " threads)";
   c.value_label = "speed-up: oneDNN time / attend time (median)";
   c.reference = 1.0;
@@ -84,8 +91,7 @@ BarChart speedup_chart(const BenchRun& run, bool headline_only) {
 
 Roofline roofline_of(const BenchRun& run) {
   Roofline r;
-  r.title = "Roofline, " + run.label + " (" + run.context_value("cpu_model") + ", " + std::to_string(run.threads) +
-            " threads)";
+  r.title = "Roofline, " + run.label + " (" + machine_name(run) + ", " + std::to_string(run.threads) + " threads)";
   if (run.fma_peak_gflops > 0) r.roofs.push_back({"FMA peak", run.fma_peak_gflops});
   if (run.bf16_peak_gflops > 0) r.roofs.push_back({"bf16 dot peak", run.bf16_peak_gflops});
   r.bandwidth_gbps = run.read_gbps;
@@ -182,9 +188,9 @@ std::string report_html(const std::vector<BenchRun>& runs, const std::string& ti
        "<th class=\"l\">attend ISA</th><th>threads</th><th class=\"l\">oneDNN</th><th>FMA peak GFLOP/s</th>"
        "<th>bf16 peak GFLOP/s</th><th>plain read GB/s</th><th class=\"l\">attend</th><th class=\"l\">date</th></tr>\n";
   for (const BenchRun& r : runs)
-    o << "<tr><td class=\"l\">" << xml_escape(r.label) << "</td><td class=\"l\">"
-      << xml_escape(r.context_value("cpu_model")) << "</td><td class=\"l\">"
-      << xml_escape(r.context_value("attend_isa")) << "</td><td>" << r.threads << "</td><td class=\"l\">"
+    o << "<tr><td class=\"l\">" << xml_escape(r.label) << "</td><td class=\"l\">" << xml_escape(machine_name(r))
+      << "</td><td class=\"l\">" << xml_escape(r.context_value("attend_isa")) << "</td><td>" << r.threads
+      << "</td><td class=\"l\">"
       << xml_escape(r.context_value("onednn_version") + " (" + r.context_value("onednn_isa") + ")") << "</td><td>"
       << fmt(r.fma_peak_gflops, "%.0f") << "</td><td>" << fmt(r.bf16_peak_gflops, "%.0f") << "</td><td>"
       << fmt(r.read_gbps, "%.1f") << "</td><td class=\"l\">" << xml_escape(r.context_value("attend_version"))
