@@ -1,6 +1,7 @@
 #include "registry.hpp"
 
 #include <attend/error.hpp>
+#include <cerrno>
 #include <cstdlib>
 #include <string>
 
@@ -62,7 +63,41 @@ const EnvCap& env_cap() {
   return cap;
 }
 
+// Decode's L2 request distance, chosen once: measured per machine class. Zen 4, two threads, LLC
+// flushed, D2's shape (4 rows per kv head, f32), alternated call by call in one process, share of a
+// plain read without → with requests 24 KiB ahead: f32 KVCache 77.6 → 84.2% (32 KiB: 84.5 → 88.5,
+// 72.0 → 77.9; 8 KiB 79.1, 12 KiB 80.0), sdpa (row-major K) 74.3 → 86.8% (8–32 KiB: 81–89%);
+// prefetcht0 at the same distance 68% (it holds L1's miss buffers). Zen 3 and Zen 5 unmeasured:
+// none (docs/performance.md, session 23).
+struct EnvL2 {
+  int64_t bytes = 0;
+  std::string error;
+};
+
+const EnvL2& env_l2() {
+  static const EnvL2 l2 = [] {
+    EnvL2 e;
+    const CpuFeatures& f = cpu_features();
+    const CpuClassification c = classify_cpu(f.vendor, f.family, f.model_number, f.cpuid_avx512f);
+    e.bytes = std::string(c.name) == "Zen 4" ? 24576 : 0;
+    const char* env = std::getenv("ATTEND_DECODE_L2_AHEAD");
+    if (!env || !*env) return e;
+    const std::string v = env;
+    char* end = nullptr;
+    errno = 0;
+    const long long n = std::strtoll(v.c_str(), &end, 10);
+    if (errno != 0 || end == v.c_str() || *end != '\0' || n < 0 || n > (1 << 20))
+      e.error = "ATTEND_DECODE_L2_AHEAD='" + v + "' is not a byte count from 0 to 1048576";
+    else
+      e.bytes = n;
+    return e;
+  }();
+  return l2;
+}
+
 }  // namespace
+
+int64_t decode_l2_ahead_bytes() { return env_l2().error.empty() ? env_l2().bytes : 0; }
 
 Isa resolve(Isa requested) {
   if (requested != Isa::automatic) {
@@ -87,6 +122,7 @@ const kernels::KernelTable& kernel_table_for(Isa requested, FpMath fpmath) {
   if (fpmath != FpMath::strict && fpmath != FpMath::bf16)
     throw Error(ErrorCode::invalid_argument,
                 "fpmath " + std::to_string(static_cast<int>(fpmath)) + " is not FpMath::strict or FpMath::bf16");
+  if (!env_l2().error.empty()) throw Error(ErrorCode::invalid_argument, env_l2().error);
   const Isa isa = resolve(requested);
   if (isa == Isa::avx512_bf16 && fpmath == FpMath::bf16) return *kernels::kernel_table_avx512_bf16(true);
   return *compiled_table(isa);

@@ -16,4 +16,10 @@ const kernels::KernelTable& kernel_table_for(Isa requested, FpMath fpmath = FpMa
 /// The ISA a table implements.
 Isa resolve(Isa requested);
 
+/// How far ahead decode requests K and V into L2 (kernels::FlashWork::l2_ahead_bytes), for this
+/// machine class: 24 KiB on a Zen 4, 0 (none) elsewhere, or the environment variable
+/// ATTEND_DECODE_L2_AHEAD (bytes, 0 to 1048576) when set. kernel_table_for throws
+/// attend::Error (invalid_argument) for any call while the variable holds something else.
+int64_t decode_l2_ahead_bytes();
+
 }  // namespace attend::dispatch

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "../dispatch/registry.hpp"
 #include "../kernels/split_merge.hpp"
 #include "../parallel/scheduler.hpp"
 #include "../plan/attention_plan.hpp"
@@ -167,6 +168,7 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
   // Items entry by entry in schedule order; within an entry head-major, heaviest row block first
   // (causal rows late in the sequence see more keys), so both threads walk the same head's K/V
   // while it is in cache.
+  const int64_t l2_ahead = dispatch::decode_l2_ahead_bytes();
   auto run_item = [&](int64_t item, int thread) {
     const size_t at =
         static_cast<size_t>(std::upper_bound(s.first_item.begin(), s.first_item.end(), item) - s.first_item.begin()) -
@@ -228,6 +230,9 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     w.key_begin = std::min(e.num_keys, split * p.split_keys);
     w.key_end = std::min(e.num_keys, w.key_begin + p.split_keys);
     w.stream_keys = p.row_blocks == 1;
+    // L2 requests for a GQA group's decode over f32 K/V (measured: docs/performance.md, session 23;
+    // one row per kv head lost 2 points with them, a bf16 cache 6).
+    w.l2_ahead_bytes = p.row_blocks == 1 && p.group_rows >= 2 && pr.kv_type == kernels::KvType::f32 ? l2_ahead : 0;
     w.scale = pr.scale;
     w.softcap = pr.softcap;
     w.alibi = pr.alibi ? pr.alibi + h0 : nullptr;

@@ -265,13 +265,26 @@ void values_to_f32_panel(const KvSource<E>& src, int64_t j0, int64_t keys, int64
 template <class Arch, class E>
 void pv_runs(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alpha, const float* ones, const float* p,
              int64_t p_row_stride, int64_t p_key_stride, int64_t j0, int64_t nk, int64_t rows, int64_t value_vectors,
-             bool masked, int64_t pf_end) {
+             bool masked, int64_t pf_end, int64_t l2_keys = 0) {
   const int64_t sub = pf_end > 0 ? pv_sub_keys<Arch, E>(value_vectors) : nk;
   for (int64_t j = 0; j < nk;) {
     const int64_t n = min64(sub, src.run(j0 + j, nk - j));
     const int64_t pf = pf_end > 0 ? src.run(j0 + j, pf_end - j) : 0;
+    // The rows l2_keys ahead of this run's, up to pf_end, as at most two runs (with pages of at
+    // least a run's length, all of them; otherwise the rows past the second run go unrequested).
+    PvAhead ahead;
+    const int64_t ja = j + l2_keys, count = pf_end > 0 && l2_keys > 0 ? min64(n, pf_end - ja) : 0;
+    if (count > 0) {
+      ahead.v[0] = src.value(j0 + ja);
+      ahead.split = src.run(j0 + ja, count);
+      ahead.count = ahead.split;
+      if (ahead.split < count) {
+        ahead.v[1] = src.value(j0 + ja + ahead.split);
+        ahead.count += src.run(j0 + ja + ahead.split, count - ahead.split);
+      }
+    }
     pv_block<Arch>(oacc, ldo, j == 0 ? alpha : ones, p + j * p_key_stride, p_row_stride, p_key_stride,
-                   src.value(j0 + j), src.v_row_stride, rows, value_vectors, n, masked, pf);
+                   src.value(j0 + j), src.v_row_stride, rows, value_vectors, n, masked, pf, ahead);
     j += n;
   }
 }

@@ -91,6 +91,26 @@ NarrowShared narrow_shared(float* scratch, const Layout& L, int64_t depth, int64
   return {scratch + L.vpanel, ones, zeros};
 }
 
+// Blocked K: how many key blocks ahead a call requests into L2 (FlashWork::l2_ahead_bytes).
+template <class E>
+int64_t l2_key_blocks(const FlashWork& w) {
+  if (w.l2_ahead_bytes <= 0) return 0;
+  const int64_t block_bytes = kKeyBlock * w.head_dim * static_cast<int64_t>(sizeof(E));
+  return min64(kMaxL2AheadBlocks, max64(1, w.l2_ahead_bytes / block_bytes));
+}
+
+// Row-major K: how many rows ahead the scores request into L2.
+template <class E>
+int64_t l2_key_rows(const FlashWork& w) {
+  return w.l2_ahead_bytes > 0 ? max64(1, w.l2_ahead_bytes / (w.head_dim * static_cast<int64_t>(sizeof(E)))) : 0;
+}
+
+// V: how many rows ahead the P·V requests into L2.
+template <class E>
+int64_t l2_value_rows(const FlashWork& w) {
+  return w.l2_ahead_bytes > 0 ? max64(1, w.l2_ahead_bytes / (w.value_dim * static_cast<int64_t>(sizeof(E)))) : 0;
+}
+
 // A tile of keys [j0, j0 + nk), in three phases: scores, online softmax, P·V.
 //
 // Scores. Blocked K: blk[b] is the address of the tile's block b, and blocks [blocks, known) are
@@ -108,10 +128,11 @@ void narrow_scores_phase(const FlashWork& w, const NarrowRows& R, const NarrowHe
   // is in L1, the first pack prefetching the next.
   if (w.k_blocked) {
     blocked_scores_dispatch<Arch, E>(R.row_pack, blk, (nk + kKeyBlock - 1) / kKeyBlock, known, depth, h.qn, h.s, ldsn,
-                                     R.packs);
+                                     R.packs, l2_key_blocks<E>(w));
     if constexpr (KvSource<E>::kScaled) scale_by_keys<Arch>(h.s, ldsn, R.nr, src, src.k_scale, j0, nk);
     return;
   }
+  const int64_t l2_rows = l2_key_rows<E>(w);
   for (int64_t jg = 0; jg < nk; jg += W) {
     // Fetch the K rows of the next group while this one is scored. Measured in one process against
     // a plain read of the same bytes (D1–D4 shapes): one group ahead beats two, four or eight, and
@@ -124,12 +145,16 @@ void narrow_scores_phase(const FlashWork& w, const NarrowRows& R, const NarrowHe
     const E* next = pf_keys > 0 ? src.key_row(j0 + jg + W) : nullptr;
     const bool spread = R.row_pack > 1;
     if (next && !spread) prefetch_rows(next, w.k_row_stride, pf_keys, depth);
+    // And the rows l2_ahead_bytes further on into L2 (several rows: spread like `next`).
+    const int64_t l2_at = j0 + jg + W + l2_rows;
+    const int64_t l2_keys = spread && l2_rows > 0 ? min64(W, R.key_hi - l2_at) : 0;
+    const E* l2 = l2_keys > 0 ? src.key_row(l2_at) : nullptr;
     for (int p = 0; p < R.packs; ++p) {
       const int64_t r0 = p * R.row_pack;
       narrow_scores_dispatch<Arch, E>(R.row_pack, src.key_row(j0 + jg), w.k_row_stride, min64(W, nk - jg),
                                       h.qn + r0 * depth, depth, reinterpret_cast<const E*>(sh.zeros),
                                       h.s + r0 * ldsn + jg, ldsn, min64(R.row_pack, R.nr - r0),
-                                      spread && p == 0 ? next : nullptr, pf_keys);
+                                      spread && p == 0 ? next : nullptr, pf_keys, p == 0 ? l2 : nullptr, l2_keys);
     }
   }
 }
@@ -189,8 +214,9 @@ void narrow_pv_phase(const FlashWork& w, const NarrowRows& R, const NarrowHead& 
   const bool masked = !whole || w.bias != nullptr;
   if (w.value_dim % W == 0) {  // V read (and widened) in place; i8: the weights carry V's scales
     if constexpr (KvSource<E>::kScaled) scale_by_keys<Arch>(h.s, ldsn, R.nr, src, src.v_scale, j0, nk);
+    const bool requests = !(std::is_same_v<E, float> && R.nr == 1);
     pv_runs<Arch>(src, h.oacc, R.dvp, h.alpha, sh.ones, h.s, ldsn, 1, j0, nk, R.nr, R.dvp / W, masked,
-                  std::is_same_v<E, float> && R.nr == 1 ? 0 : R.key_hi - j0);
+                  requests ? R.key_hi - j0 : 0, requests ? l2_value_rows<E>(w) : 0);
   } else {
     values_to_f32_panel(src, j0, nk, w.value_dim, R.dvp, sh.vpanel);
     pv_block<Arch>(h.oacc, R.dvp, h.alpha, h.s, ldsn, 1, sh.vpanel, R.dvp, R.nr, R.dvp / W, nk, masked);
@@ -208,12 +234,13 @@ void flash_narrow(const FlashWork& w, float* scratch) {
   narrow_init<Arch>(w, R, h);
   const KvSource<E> src(w);
   // Blocked K: the addresses of a tile's blocks and of the next blocks (prefetched while scoring).
-  const E* blk[ldsn / kKeyBlock + kMaxBlockedGroup];
+  const E* blk[ldsn / kKeyBlock + kMaxBlockedGroup + kMaxL2AheadBlocks];
+  const int64_t ahead_blocks = kMaxBlockedGroup + (w.k_blocked ? l2_key_blocks<E>(w) : 0);
   for (int64_t j0 = R.key_lo; j0 < R.key_hi; j0 += ldsn) {
     const int64_t nk = min64(ldsn, R.key_hi - j0);
     int64_t known = 0;
     if (w.k_blocked) {
-      known = min64((nk + kKeyBlock - 1) / kKeyBlock + kMaxBlockedGroup, (R.key_hi - j0 + kKeyBlock - 1) / kKeyBlock);
+      known = min64((nk + kKeyBlock - 1) / kKeyBlock + ahead_blocks, (R.key_hi - j0 + kKeyBlock - 1) / kKeyBlock);
       for (int64_t b = 0; b < known; ++b) blk[b] = src.key_block(j0 + b * kKeyBlock);
     }
     narrow_scores_phase<Arch, E>(w, R, h, sh, src, blk, known, j0, nk);

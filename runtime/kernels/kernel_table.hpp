@@ -82,6 +82,11 @@ struct FlashWork {
   // The block holds every query row of its kv head (decode-shaped: a GQA group, MLA's heads), so
   // no other work item reads these keys: K comes from memory, once. The wide path fetches it ahead.
   bool stream_keys;
+  // Decode (the narrow path): besides the requests into L1 just ahead of what it reads, request K
+  // and V this many bytes ahead into L2 (prefetcht1), so more lines are in flight than L1's miss
+  // buffers hold. 0 = none. The executor sets it for a GQA group's decode over f32 K/V, from
+  // dispatch::decode_l2_ahead_bytes (per machine class); prefetch only: results are the same.
+  int64_t l2_ahead_bytes;
 
   float scale;  // multiplies Q·Kᵀ (folded into Q once)
 

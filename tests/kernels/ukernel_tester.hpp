@@ -251,7 +251,11 @@ void pv_cases(UkernelReport& r) {
           // memory (pv_rows_in_memory), which must give the register blocks' bits.
           Buf<float> o_regs(nr * ldo);
           for (int64_t i = 0; i < nr * ldo; ++i) o_regs[i] = o[i];
-          pv_block<Arch, E>(o.p, ldo, alpha.p, p.p, prs, pks, v.p, dv, nr, nvec, nk, masked, narrow_layout ? nk : 0);
+          // Decode's L2 requests too (PvArgs::l2_*: here this call's own rows, in two segments).
+          PvAhead ahead;
+          if (narrow_layout) ahead = {{v.p, v.p + nk / 2 * dv}, nk / 2, nk};
+          pv_block<Arch, E>(o.p, ldo, alpha.p, p.p, prs, pks, v.p, dv, nr, nvec, nk, masked, narrow_layout ? nk : 0,
+                            ahead);
           ++r.cases;
           if (narrow_layout) {
             pv_block<Arch, E>(o_regs.p, ldo, alpha.p, p.p, prs, pks, v.p, dv, nr, nvec, nk, masked, 0);
@@ -351,7 +355,7 @@ void pvt_cases(UkernelReport& r) {
 
 // ---------------------------------------------------------------------------------------------
 // narrow_scores: S[rows][keys] = Q·Kᵀ for row packs of 1 … kNarrowMaxRows rows and up to W keys of a
-// row-major K (keys past `keys` read the zero row), with and without the K prefetch.
+// row-major K (keys past `keys` read the zero row), with and without the K prefetch (into L1 and L2).
 template <class Arch, class E>
 void narrow_cases(UkernelReport& r) {
   using T = Tiles<Arch>;
@@ -363,13 +367,15 @@ void narrow_cases(UkernelReport& r) {
     for (int64_t nr : {int64_t{pack / 2 + 1}, int64_t{pack}})  // the fewest and the most rows a pack serves
       for (int ik = 0; ik < keys.n; ++ik)
         for (int id = 0; id < depths.n; ++id) {
-          const int64_t nk = keys.v[ik], depth = depths.v[id] * W, ldk = depth + 3;
+          // Rows padded, or adjacent (the prefetches' in-order runs, and the L2 requests, need them).
+          const int64_t nk = keys.v[ik], depth = depths.v[id] * W, ldk = (ik & 2) ? depth : depth + 3;
           Buf<float> q(pack * depth), s(pack * W), zeros(depth);
           Buf<E> k(2 * W * ldk);  // this group's keys and the next group's (prefetched)
           for (int64_t i = 0; i < nr * depth; ++i) q[i] = rng.uniform();
           for (int64_t i = 0; i < 2 * W * ldk; ++i) k[i] = make<E>(rng.uniform());
           narrow_scores_dispatch<Arch, E>(pack, k.p, ldk, nk, q.p, depth, reinterpret_cast<const E*>(zeros.p), s.p, W,
-                                          nr, (ik & 1) ? k.p + W * ldk : nullptr, W);
+                                          nr, (ik & 1) ? k.p + W * ldk : nullptr, W, (ik & 1) ? k.p + W * ldk : nullptr,
+                                          W);
           ++r.cases;
           for (int64_t i = 0; i < nr; ++i)
             for (int64_t j = 0; j < nk; ++j) {
@@ -417,7 +423,9 @@ void blocked_cases(UkernelReport& r) {
             const auto where = [&](int64_t b) { return ahead - 1 - b; };
             std::vector<const E*> blk(static_cast<size_t>(ahead));
             for (int64_t b = 0; b < ahead; ++b) blk[static_cast<size_t>(b)] = k.p + where(b) * kKeyBlock * depth;
-            blocked_scores_dispatch<Arch, E>(pack, blk.data(), nb, ahead, depth, q.p, s.p, lds, packs);
+            // The L2 requests (FlashWork::l2_ahead_bytes) on some cases: 1 or 2 blocks on, when known.
+            const int64_t l2_blocks = extra == 2 * G + 1 ? 1 + ib % 2 : 0;
+            blocked_scores_dispatch<Arch, E>(pack, blk.data(), nb, ahead, depth, q.p, s.p, lds, packs, l2_blocks);
             ++r.cases;
             for (int64_t i = 0; i < rows; ++i)
               for (int64_t j = 0; j < nb * kKeyBlock; ++j) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "../../runtime/dispatch/cpu_features.hpp"
 
@@ -111,6 +112,31 @@ TEST(Dispatch, UnknownEnvironmentValueThrows) {
   }
   EXPECT_THROW(force(Isa::automatic), Error);
   EXPECT_NO_THROW(force(Isa::generic));  // a forced path does not read the variable
+}
+
+// ATTEND_DECODE_L2_AHEAD (decode's L2 request distance) must be a byte count: anything else makes
+// every call throw before it changes anything (a typo must not silently keep the default).
+TEST(Dispatch, InvalidL2AheadThrowsAndChangesNothing) {
+  const char* env = std::getenv("ATTEND_DECODE_L2_AHEAD");
+  if (!env || std::string(env) != "24kb") GTEST_SKIP() << "run by ctest with ATTEND_DECODE_L2_AHEAD=24kb";
+  const int64_t D = 16;
+  std::vector<float> q(4 * D, 0.5f), k(D, 0.25f), v(D, 1.0f), o(4 * D, 7.0f);
+  KVCache cache({/*kv_heads*/ 1, D, /*slots*/ 1, /*capacity*/ 8});
+  const int64_t seq[] = {0};
+  try {
+    cached_attention(TensorView::dense(q.data(), {1, 4, 1, D}), TensorView::dense(k.data(), {1, 1, 1, D}),
+                     TensorView::dense(v.data(), {1, 1, 1, D}), cache, seq, TensorView::dense(o.data(), {1, 4, 1, D}));
+    ADD_FAILURE() << "cached_attention accepted ATTEND_DECODE_L2_AHEAD=24kb";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("ATTEND_DECODE_L2_AHEAD"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cache.length(0), 0);
+  for (float x : o) EXPECT_EQ(x, 7.0f);
+  EXPECT_THROW(scaled_dot_product_attention(
+                   TensorView::dense(q.data(), {1, 4, 1, D}), TensorView::dense(k.data(), {1, 1, 1, D}),
+                   TensorView::dense(v.data(), {1, 1, 1, D}), TensorView::dense(o.data(), {1, 4, 1, D})),
+               Error);
 }
 
 TEST(Dispatch, CpuModelIsNamed) { EXPECT_FALSE(cpu_model().empty()); }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <bit>
+#include <type_traits>
 
 #include "../kernel_table.hpp"
 #include "../simd/convert.hpp"
@@ -22,9 +23,11 @@ namespace {
 // decode (4 rows, D 128, 384 keys), whole call, alternated in one process: f32 cache 24.8 ->
 // 23.1 us, i8 27.1 -> 25.2, bf16 22.2 -> 22.0; cold i8 (D2's shape) 32–36 -> 38–40% of a read.
 // (Row-major K's narrow_scores measured 2–5% slower when not inlined: it stays inlined.)
+// l2: null, or G blocks further ahead (FlashWork::l2_ahead_bytes), requested into L2 (prefetcht1)
+// at the same pace.
 template <class Arch, int NR, int G, class E>
 [[gnu::noinline]] void blocked_scores(const E* const* blk, int64_t depth, const float* q, float* s, int64_t lds,
-                                      const E* const* pf) {
+                                      const E* const* pf, const E* const* l2 = nullptr) {
   using B = vfloat<Arch>;
   constexpr int W = B::size;
   static_assert(kKeyBlock % W == 0, "a key block is a whole number of vectors");
@@ -55,22 +58,26 @@ template <class Arch, int NR, int G, class E>
   // (the same requests as for one contiguous run of G blocks when they are adjacent).
   constexpr int64_t kSlice = G * kKeyBlock * U * static_cast<int64_t>(sizeof(E));
   const int64_t block_bytes = kKeyBlock * depth * static_cast<int64_t>(sizeof(E));
-  int pf_block = 0;
-  int64_t pf_at = 0;  // byte offset within pf[pf_block]
-  for (int64_t d = 0; d < depth; d += U) {
-    if (pf) {
-      if constexpr (kSlice < 64) {  // a slice smaller than a line: a request when a line begins
-        if ((pf_at & 63) == 0) __builtin_prefetch(reinterpret_cast<const char*>(pf[pf_block]) + pf_at, 0, 3);
-        pf_at += kSlice;
-        if (pf_at >= block_bytes) pf_at = 0, ++pf_block;
-      } else {
-        for (int64_t o = 0; o < kSlice; o += 64) {
-          __builtin_prefetch(reinterpret_cast<const char*>(pf[pf_block]) + pf_at, 0, 3);
-          pf_at += 64;
-          if (pf_at >= block_bytes) pf_at = 0, ++pf_block;
-        }
+  // A stream of requests over blocks[0, G), kSlice bytes per depth step, with prefetch hint H.
+  auto request_slice = [&](const E* const* blocks, int& block, int64_t& at, auto hint) {
+    constexpr int H = decltype(hint)::value;
+    if constexpr (kSlice < 64) {  // a slice smaller than a line: a request when a line begins
+      if ((at & 63) == 0) __builtin_prefetch(reinterpret_cast<const char*>(blocks[block]) + at, 0, H);
+      at += kSlice;
+      if (at >= block_bytes) at = 0, ++block;
+    } else {
+      for (int64_t o = 0; o < kSlice; o += 64) {
+        __builtin_prefetch(reinterpret_cast<const char*>(blocks[block]) + at, 0, H);
+        at += 64;
+        if (at >= block_bytes) at = 0, ++block;
       }
     }
+  };
+  int pf_block = 0, l2_block = 0;
+  int64_t pf_at = 0, l2_at = 0;  // byte offsets within pf[pf_block], l2[l2_block]
+  for (int64_t d = 0; d < depth; d += U) {
+    if (pf) request_slice(pf, pf_block, pf_at, std::integral_constant<int, 3>{});
+    if (l2) request_slice(l2, l2_block, l2_at, std::integral_constant<int, 2>{});
     for (int u = 0; u < U; ++u) {
       B kv[NV];
       for (int g = 0; g < G; ++g)
@@ -99,41 +106,50 @@ constexpr int blocked_group(int nr) {
 
 /// The most blocks a call reads (and prefetches) past the ones it scores.
 constexpr int kMaxBlockedGroup = 4;
+/// The most blocks ahead a call requests into L2 (FlashWork::l2_ahead_bytes).
+constexpr int kMaxL2AheadBlocks = 16;
 
 // Scores `blocks` key blocks (G at a time, then one at a time) for `packs` packs of NR rows (pack p's
 // queries at q + p·NR·depth, its scores at s + p·NR·lds); blk[b] is block b's address for b <
 // `known` (known ≥ blocks; the blocks after the scored ones are the next call's, prefetched as the
 // first pack's scoring goes; nothing past them is touched). The packs take each group of blocks in
 // turn, so the later packs read it from L1.
+// l2_blocks > 0: the first pack also requests, into L2, the group l2_blocks blocks on (when known).
 template <class Arch, int NR, class E>
 void blocked_scores_run(const E* const* blk, int64_t blocks, int64_t known, int64_t depth, const float* q, float* s,
-                        int64_t lds, int packs) {
+                        int64_t lds, int packs, int64_t l2_blocks) {
   constexpr int G = blocked_group<Arch>(NR);
   int64_t b = 0;
   for (; b + G <= blocks; b += G)  // (a partial last group ahead is left to the hardware)
     for (int p = 0; p < packs; ++p)
-      blocked_scores<Arch, NR, G, E>(blk + b, depth, q + p * NR * depth, s + p * NR * lds + b * kKeyBlock, lds,
-                                     p == 0 && b + 2 * G <= known ? blk + b + G : nullptr);
+      blocked_scores<Arch, NR, G, E>(
+          blk + b, depth, q + p * NR * depth, s + p * NR * lds + b * kKeyBlock, lds,
+          p == 0 && b + 2 * G <= known ? blk + b + G : nullptr,
+          p == 0 && l2_blocks > 0 && b + l2_blocks + G <= known ? blk + b + l2_blocks : nullptr);
   for (; b < blocks; ++b)
     for (int p = 0; p < packs; ++p)
       blocked_scores<Arch, NR, 1, E>(blk + b, depth, q + p * NR * depth, s + p * NR * lds + b * kKeyBlock, lds,
-                                     p == 0 && b + 1 < known ? blk + b + 1 : nullptr);
+                                     p == 0 && b + 1 < known ? blk + b + 1 : nullptr,
+                                     p == 0 && l2_blocks > 0 && b + l2_blocks < known ? blk + b + l2_blocks : nullptr);
 }
 
 template <class Arch, class E>
 void blocked_scores_dispatch(int row_pack, const E* const* blk, int64_t blocks, int64_t known, int64_t depth,
-                             const float* q, float* s, int64_t lds, int packs = 1) {
+                             const float* q, float* s, int64_t lds, int packs = 1, int64_t l2_blocks = 0) {
   constexpr int kMax = Tiles<Arch>::kNarrowMaxRows;
   switch (row_pack) {
-    case 1: return blocked_scores_run<Arch, 1, E>(blk, blocks, known, depth, q, s, lds, packs);
+    case 1: return blocked_scores_run<Arch, 1, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks);
     case 2:
-      if constexpr (kMax >= 2) return blocked_scores_run<Arch, 2, E>(blk, blocks, known, depth, q, s, lds, packs);
+      if constexpr (kMax >= 2)
+        return blocked_scores_run<Arch, 2, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks);
       break;
     case 4:
-      if constexpr (kMax >= 4) return blocked_scores_run<Arch, 4, E>(blk, blocks, known, depth, q, s, lds, packs);
+      if constexpr (kMax >= 4)
+        return blocked_scores_run<Arch, 4, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks);
       break;
     case 8:
-      if constexpr (kMax >= 8) return blocked_scores_run<Arch, 8, E>(blk, blocks, known, depth, q, s, lds, packs);
+      if constexpr (kMax >= 8)
+        return blocked_scores_run<Arch, 8, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks);
       break;
   }
 }

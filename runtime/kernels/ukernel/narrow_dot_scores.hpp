@@ -20,7 +20,8 @@ namespace {
 template <class Arch, int NR, class E>
 [[gnu::always_inline]] inline void narrow_scores(const E* kbase, int64_t ldk, int64_t keys, const float* q,
                                                  int64_t depth, const E* zeros, float* s, int64_t lds, int64_t rows,
-                                                 const E* pf, int64_t pf_keys) {
+                                                 const E* pf, int64_t pf_keys, const E* l2 = nullptr,
+                                                 int64_t l2_keys = 0) {
   using B = vfloat<Arch>;
   constexpr int W = B::size, KG = W / NR;
   alignas(64) float sums[W];
@@ -36,9 +37,17 @@ template <class Arch, int NR, class E>
     const char* run = in_order ? reinterpret_cast<const char*>(pf + j * ldk) : nullptr;
     const char* run_end =
         in_order ? reinterpret_cast<const char*>(pf + (j + KG < pf_keys ? j + KG : pf_keys) * ldk) : nullptr;
+    // The rows further ahead (l2: adjacent rows only), into L2 at the same pace.
+    const bool l2_in_order = l2 && ldk == depth && j < l2_keys;
+    const char* l2_run = l2_in_order ? reinterpret_cast<const char*>(l2 + j * ldk) : nullptr;
+    const char* l2_end =
+        l2_in_order ? reinterpret_cast<const char*>(l2 + (j + KG < l2_keys ? j + KG : l2_keys) * ldk) : nullptr;
     B acc[W];
     for (int i = 0; i < W; ++i) acc[i] = B(0.0f);
     for (int64_t d = 0; d < depth; d += W) {
+      if (l2_in_order)
+        for (int k = 0; k < KG; ++k, l2_run += 64)
+          if (l2_run < l2_end) __builtin_prefetch(l2_run, 0, 2);
       if (in_order) {
         for (int k = 0; k < KG; ++k, run += 64)
           if (run < run_end) __builtin_prefetch(run, 0, 3);
@@ -60,20 +69,23 @@ template <class Arch, int NR, class E>
 
 template <class Arch, class E>
 void narrow_scores_dispatch(int row_pack, const E* k, int64_t ldk, int64_t keys, const float* q, int64_t depth,
-                            const E* zeros, float* s, int64_t lds, int64_t rows, const E* pf, int64_t pf_keys) {
+                            const E* zeros, float* s, int64_t lds, int64_t rows, const E* pf, int64_t pf_keys,
+                            const E* l2 = nullptr, int64_t l2_keys = 0) {
   constexpr int W = vfloat<Arch>::size;
   switch (row_pack) {
-    case 1: return narrow_scores<Arch, 1, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys);
-    case 2: return narrow_scores<Arch, 2, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys);
+    case 1: return narrow_scores<Arch, 1, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys, l2, l2_keys);
+    case 2: return narrow_scores<Arch, 2, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys, l2, l2_keys);
     case 4:
-      if constexpr (W >= 4) return narrow_scores<Arch, 4, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys);
+      if constexpr (W >= 4)
+        return narrow_scores<Arch, 4, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys, l2, l2_keys);
       break;
     case 8:
-      if constexpr (W >= 8) return narrow_scores<Arch, 8, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys);
+      if constexpr (W >= 8)
+        return narrow_scores<Arch, 8, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys, l2, l2_keys);
       break;
     case 16:
       if constexpr (W >= 16)
-        return narrow_scores<Arch, 16, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys);
+        return narrow_scores<Arch, 16, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys, l2, l2_keys);
       break;
   }
 }

@@ -30,6 +30,47 @@ struct PvArgs {
   // first `pf_bytes` of V row j + pf_keys (from this call's column offset) are requested, for rows
   // below `pf_limit` (rows past `v` that exist). 0 = none.
   int64_t pf_keys = 0, pf_limit = 0, pf_bytes = 0;
+  // Optional requests into L2 (prefetcht1), further ahead (FlashWork::l2_ahead_bytes): while key j <
+  // l2_count is accumulated, the first pf_bytes of its "ahead" row are requested — row j of l2_v[0]
+  // for j < l2_split, else row j − l2_split of l2_v[1] (the ahead rows may cross into the next page
+  // of a paged cache). Null l2_v[0] = none.
+  const void* l2_v[2] = {nullptr, nullptr};
+  int64_t l2_split = 0, l2_count = 0;
+};
+
+/// Where a run of V rows' "ahead" rows are (PvArgs::l2_v): up to two segments.
+struct PvAhead {
+  const void* v[2] = {nullptr, nullptr};
+  int64_t split = 0, count = 0;
+};
+
+// Requests the lines that start inside [at, at + bytes) (whole rows, or a pass's slice of them: each
+// line is requested once, by the pass whose slice holds its first byte), with prefetch hint H.
+template <int H>
+[[gnu::always_inline]] inline void request_lines(const void* p, int64_t bytes) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  for (uintptr_t line = (at + 63) & ~uintptr_t{63}; line < at + bytes; line += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, H);
+}
+
+// The L2 requests of PvArgs::l2_*, copied out of the arguments (pv_rows_in_memory keeps its
+// arguments in locals: O's stores could alias them).
+template <class T>
+struct AheadRows {
+  const T* v0;
+  const T* v1;
+  int64_t split, count, ldv, bytes;
+  explicit AheadRows(const PvArgs& a)
+      : v0(static_cast<const T*>(a.l2_v[0])),
+        v1(static_cast<const T*>(a.l2_v[1])),
+        split(a.l2_split),
+        count(a.l2_count),
+        ldv(a.ldv),
+        bytes(a.pf_bytes) {}
+  // Key j's ahead row, if it has one.
+  [[gnu::always_inline]] void request(int64_t j) const {
+    if (j < count) request_lines<2>(j < split ? v0 + j * ldv : v1 + (j - split) * ldv, bytes);
+  }
 };
 
 // Masked: the tile had masked keys. Their p is exactly 0, but 0 · V is NaN where V holds NaN or
@@ -69,14 +110,10 @@ void pv_tile(const PvArgs& a) {
   }
   const T* v = static_cast<const T*>(a.v);
   const float* p = a.p;
+  const AheadRows<T> ahead(a);
   for (int64_t j = 0; j < a.keys; ++j, v += a.ldv, p += a.p_key_stride) {
-    if (a.pf_bytes && j + a.pf_keys < a.pf_limit) {
-      // The lines that start inside [at, at + pf_bytes): when the passes cover a row's columns in
-      // slices, each line is requested once, by the pass whose slice holds its first byte.
-      const uintptr_t at = reinterpret_cast<uintptr_t>(v + a.pf_keys * a.ldv);
-      for (uintptr_t line = (at + 63) & ~uintptr_t{63}; line < at + a.pf_bytes; line += 64)
-        __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
-    }
+    if (a.pf_bytes && j + a.pf_keys < a.pf_limit) request_lines<3>(v + a.pf_keys * a.ldv, a.pf_bytes);
+    if (ahead.v0) ahead.request(j);
     if constexpr (R == 1 && !Masked) {
       // One row: each V vector is widened and used at once, so a widened (bf16, f16, i8) V needs
       // one temporary instead of NV (loading all NV first spilled an accumulator: 8 + 8 + 1 > 16).
@@ -124,6 +161,7 @@ template <class Arch, int R, class T, bool Masked>
   for (int r = 0; r < R; ++r) orow[r] = a.o + r * a.ldo;
   const int64_t ldv = a.ldv, keys = a.keys, prs = a.p_row_stride, pks = a.p_key_stride;
   const int64_t pf_keys = a.pf_keys, pf_limit = a.pf_limit, pf_bytes = a.pf_bytes;
+  const AheadRows<T> ahead(a);
   for (int r = 0; r < R; ++r) {
     const B al(a.alpha[r]);
     for (int64_t n = 0; n < value_vectors; ++n) (B::load_aligned(orow[r] + n * W) * al).store_aligned(orow[r] + n * W);
@@ -143,12 +181,11 @@ template <class Arch, int R, class T, bool Masked>
   auto keys_per_access = [&](auto k_count) {
     constexpr int K = decltype(k_count)::value;
     for (; j + K <= keys; j += K, v += K * ldv, p += K * pks) {
-      for (int64_t k = 0; pf_bytes && k < K && j + k + pf_keys < pf_limit; ++k) {
-        // Rows j + pf_keys on, whole: the lines that start inside each row (see pv_tile).
-        const uintptr_t at = reinterpret_cast<uintptr_t>(v + (pf_keys + k) * ldv);
-        for (uintptr_t line = (at + 63) & ~uintptr_t{63}; line < at + pf_bytes; line += 64)
-          __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
-      }
+      // Rows j + pf_keys on, whole; and the rows l2_* ahead into L2.
+      for (int64_t k = 0; pf_bytes && k < K && j + k + pf_keys < pf_limit; ++k)
+        request_lines<3>(v + (pf_keys + k) * ldv, pf_bytes);
+      if (ahead.v0)
+        for (int k = 0; k < K; ++k) ahead.request(j + k);
       B pk[K][R];
       ATTEND_UNROLL
       for (int k = 0; k < K; ++k)
@@ -314,6 +351,13 @@ void pvt_block(float* ot, int64_t ldot, const float* alpha, const float* pt, int
   } while (j < keys);
 }
 
+inline void set_ahead(PvArgs& a, const PvAhead& ahead) {
+  a.l2_v[0] = ahead.v[0];
+  a.l2_v[1] = ahead.v[1];
+  a.l2_split = ahead.split;
+  a.l2_count = ahead.count;
+}
+
 // How far ahead decode's P·V prefetches V, in bytes (the hardware prefetcher alone lags the V
 // stream after each switch from scoring K). Measured on D1–D4 against a plain read of the same
 // bytes, in one process: +5–10 points of stream for bf16/f16 and for f32 with several rows (GQA),
@@ -363,7 +407,7 @@ inline int balanced_pass_width(int64_t vectors, int64_t widest) {
 template <class Arch, class E>
 void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int64_t p_row_stride, int64_t p_key_stride,
               const E* v, int64_t ldv, int64_t rows, int64_t value_vectors, int64_t keys, bool masked,
-              int64_t pf_limit = 0) {
+              int64_t pf_limit = 0, const PvAhead& ahead = {}) {
   using T = Tiles<Arch>;
   constexpr int W = T::W;
   const int64_t row_bytes = value_vectors * W * static_cast<int64_t>(sizeof(E));
@@ -383,6 +427,7 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
       a.pf_keys = pf_keys;
       a.pf_limit = pf_limit;
       a.pf_bytes = row_bytes;
+      set_ahead(a, ahead);
       pv_in_memory_dispatch<Arch, E>(static_cast<int>(min64(T::kPvRows, rows)), masked, a, value_vectors);
       r_begin = T::kPvRows;
       pf_limit = 0;
@@ -408,10 +453,12 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
         a.pf_limit = pf_limit;
         a.pf_bytes = nv * W * static_cast<int64_t>(sizeof(E));
       } else if (pf_limit > 0 && r0 == 0 && c == 0) {
-        // The first pass over the keys fetches whole rows kVPrefetchBytes ahead.
+        // The first pass over the keys fetches whole rows kVPrefetchBytes ahead (and into L2, the
+        // ahead rows).
         a.pf_keys = pf_keys;
         a.pf_limit = pf_limit;
         a.pf_bytes = row_bytes;
+        set_ahead(a, ahead);
       }
       pv_dispatch<Arch, E>(R, nv, masked, a);
     }
