@@ -66,7 +66,8 @@ const EnvCap& env_cap() {
 // Decode's L2 request distance, chosen once: measured per machine class. Zen 4, two threads, LLC
 // flushed, D2's shape (4 rows per kv head, f32), alternated call by call in one process, share of a
 // plain read without → with requests 24 KiB ahead: f32 KVCache 77.6 → 84.2% (32 KiB: 84.5 → 88.5,
-// 72.0 → 77.9; 8 KiB 79.1, 12 KiB 80.0), sdpa (row-major K) 74.3 → 86.8% (8–32 KiB: 81–89%);
+// 72.0 → 77.9; 8 KiB 79.1, 12 KiB 80.0), sdpa (row-major K) 74.3 → 86.8% (8–32 KiB: 81–89%), and
+// with one row per kv head (D1's shape, sdpa; alternated processes) 82.6/82.7/76.8 → 92.6/92.9/77.4%;
 // prefetcht0 at the same distance 68% (it holds L1's miss buffers). Zen 3 and Zen 5 unmeasured:
 // none (docs/performance.md, session 23).
 struct EnvL2 {

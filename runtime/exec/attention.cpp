@@ -230,9 +230,11 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     w.key_begin = std::min(e.num_keys, split * p.split_keys);
     w.key_end = std::min(e.num_keys, w.key_begin + p.split_keys);
     w.stream_keys = p.row_blocks == 1;
-    // L2 requests for a GQA group's decode over f32 K/V (measured: docs/performance.md, session 23;
-    // one row per kv head lost 2 points with them, a bf16 cache 6).
-    w.l2_ahead_bytes = p.row_blocks == 1 && p.group_rows >= 2 && pr.kv_type == kernels::KvType::f32 ? l2_ahead : 0;
+    // L2 requests for decode over f32 K/V: a GQA group's, and one row's over a row-major K (sdpa;
+    // measured: docs/performance.md, session 23 — one row over a cache's blocked K lost 2 points
+    // with them, a bf16 cache 6).
+    w.l2_ahead_bytes =
+        p.row_blocks == 1 && (p.group_rows >= 2 || !pr.k_blocked) && pr.kv_type == kernels::KvType::f32 ? l2_ahead : 0;
     w.scale = pr.scale;
     w.softcap = pr.softcap;
     w.alibi = pr.alibi ? pr.alibi + h0 : nullptr;

@@ -145,10 +145,12 @@ void narrow_scores_phase(const FlashWork& w, const NarrowRows& R, const NarrowHe
     const E* next = pf_keys > 0 ? src.key_row(j0 + jg + W) : nullptr;
     const bool spread = R.row_pack > 1;
     if (next && !spread) prefetch_rows(next, w.k_row_stride, pf_keys, depth);
-    // And the rows l2_ahead_bytes further on into L2 (several rows: spread like `next`).
+    // And the rows l2_ahead_bytes further on into L2 (several rows: spread like `next`; one row: a
+    // burst like it).
     const int64_t l2_at = j0 + jg + W + l2_rows;
-    const int64_t l2_keys = spread && l2_rows > 0 ? min64(W, R.key_hi - l2_at) : 0;
-    const E* l2 = l2_keys > 0 ? src.key_row(l2_at) : nullptr;
+    const int64_t l2_keys = l2_rows > 0 ? min64(W, R.key_hi - l2_at) : 0;
+    const E* l2 = spread && l2_keys > 0 ? src.key_row(l2_at) : nullptr;
+    if (!spread && l2_keys > 0) prefetch_rows_l2(src.key_row(l2_at), w.k_row_stride, l2_keys, depth);
     for (int p = 0; p < R.packs; ++p) {
       const int64_t r0 = p * R.row_pack;
       narrow_scores_dispatch<Arch, E>(R.row_pack, src.key_row(j0 + jg), w.k_row_stride, min64(W, nk - jg),
