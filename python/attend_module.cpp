@@ -578,6 +578,20 @@ A row whose keys are all masked returns zeros (torch returns NaN there).)");
     return out;
   });
   m.def(
+      "cpu_class",
+      [] {
+        const attend::CpuClass c = attend::cpu_class();
+        py::dict d;
+        d["name"] = c.name;
+        d["vendor"] = c.vendor;
+        d["family"] = c.family;
+        d["model"] = c.model;
+        d["avx512_bits"] = c.avx512_bits;
+        return d;
+      },
+      "The machine class performance figures are quoted for: {'name': 'Zen 4', 'vendor': 'AuthenticAMD', "
+      "'family': 25, 'model': 17, 'avx512_bits': 256} ('' and 0 where unknown).");
+  m.def(
       "bf16_math_native", [] { return attend::bf16_math_native(); },
       "Whether fpmath='bf16' runs vdpbf16ps kernels on this CPU (else it is 'strict').");
 

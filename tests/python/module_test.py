@@ -223,6 +223,15 @@ for t in threads:
 for i in range(4):
     check(f"layer thread {i}", outs[i] is not None and rel_err(outs[i], full) <= 1e-5, "")
 
+# The machine class, as attend-info reports it.
+cls = attend.cpu_class()
+check("cpu_class keys", set(cls) == {"name", "vendor", "family", "model", "avx512_bits"}, str(cls))
+check("cpu_class width", cls["avx512_bits"] in (0, 256, 512), str(cls))
+info = json.loads(os.popen(os.environ["ATTEND_INFO"] + " --json").read()) if os.environ.get("ATTEND_INFO") else None
+if info is not None:
+    check("cpu_class matches attend-info", info["cpu_class"] == cls["name"] and info["avx512_bits"] == cls["avx512_bits"],
+          f"{info.get('cpu_class')} {cls}")
+
 if failures:
     print(f"{len(failures)} FAILED:")
     for f in failures[:40]:
