@@ -75,6 +75,15 @@ ATTEND_C_API attend_status attend_version(const char** version); /* "0.1.0" */
 ATTEND_C_API attend_status attend_active_isa(attend_isa* isa);   /* what AUTOMATIC runs */
 ATTEND_C_API attend_status attend_isa_name(attend_isa isa, const char** name);
 ATTEND_C_API attend_status attend_isa_supported(attend_isa isa, int* supported);
+/* The machine class performance figures are quoted for (attend::cpu_class()): name "Zen 3",
+ * "Zen 4", "Zen 5", … or "" when unknown; vendor the CPUID vendor string ("" off x86); family and
+ * model CPUID's display values; avx512_bits 512, 256 (each 512-bit instruction in two halves) or 0. */
+typedef struct attend_cpu_class_info {
+  char name[32];
+  char vendor[16];
+  int family, model, avx512_bits;
+} attend_cpu_class_info;
+ATTEND_C_API attend_status attend_cpu_class(attend_cpu_class_info* info);
 /* BLOOM's / the ALiBi paper's slopes for `heads` heads, written to slopes[0 .. heads). */
 ATTEND_C_API attend_status attend_alibi_slopes(int64_t heads, float* slopes);
 

@@ -5,6 +5,7 @@
 #include <attend/attend.h>
 
 #include <attend/attend.hpp>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <new>
@@ -234,6 +235,18 @@ attend_status attend_version(const char** version) {
 }
 attend_status attend_active_isa(attend_isa* out) {
   return guarded([&] { out_param(out, "attend_active_isa") = c_isa(attend::active_isa()); });
+}
+attend_status attend_cpu_class(attend_cpu_class_info* info) {
+  return guarded([&] {
+    attend_cpu_class_info& out = out_param(info, "attend_cpu_class");
+    const attend::CpuClass c = attend::cpu_class();
+    out = {};
+    std::snprintf(out.name, sizeof out.name, "%s", c.name.c_str());
+    std::snprintf(out.vendor, sizeof out.vendor, "%s", c.vendor.c_str());
+    out.family = c.family;
+    out.model = c.model;
+    out.avx512_bits = c.avx512_bits;
+  });
 }
 attend_status attend_isa_name(attend_isa i, const char** name) {
   return guarded([&] { out_param(name, "attend_isa_name") = attend::isa_name(isa(raw(i), "attend_isa_name")); });

@@ -442,7 +442,15 @@ int main(void) {
   OK(attend_active_isa(&active));
   OK(attend_isa_name(active, &isa));
   FAILS(attend_version(NULL), ATTEND_ERROR_INVALID_ARGUMENT, "attend_version");
-  printf("attend %s, C API, active ISA %s\n", version, isa);
+  attend_cpu_class_info cls;
+  memset(&cls, 0x7f, sizeof cls);
+  OK(attend_cpu_class(&cls));
+  /* NUL-terminated, a known width, and a named class has a vendor. */
+  CHECK(memchr(cls.name, 0, sizeof cls.name) != NULL && memchr(cls.vendor, 0, sizeof cls.vendor) != NULL);
+  CHECK(cls.avx512_bits == 0 || cls.avx512_bits == 256 || cls.avx512_bits == 512);
+  CHECK(cls.name[0] == 0 || cls.vendor[0] != 0);
+  FAILS(attend_cpu_class(NULL), ATTEND_ERROR_INVALID_ARGUMENT, "attend_cpu_class");
+  printf("attend %s, C API, active ISA %s, cpu class %s\n", version, isa, cls.name[0] ? cls.name : "unknown");
   fflush(stdout);
   test_sdpa();
   test_caches();
