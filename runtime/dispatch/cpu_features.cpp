@@ -87,6 +87,9 @@ const CpuFeatures& cpu_features() {
   static const CpuFeatures features = [] {
     CpuFeatures f = detect();
     if (f.model.empty()) f.model = model_from_proc();
+    const CpuClassification c = classify_cpu(f.vendor, f.family, f.model_number, f.cpuid_avx512f);
+    f.class_name = c.name;
+    f.avx512_bits = c.avx512_bits;
     return f;
   }();
   return features;

@@ -13,6 +13,8 @@ struct CpuFeatures {
   std::string vendor;                // CPUID vendor string ("AuthenticAMD", "GenuineIntel"); empty off x86
   int family = 0, model_number = 0;  // CPUID display family and model (x86; 0 elsewhere)
   bool cpuid_avx512f = false;        // the silicon's AVX512F bit, whether or not the OS enabled it
+  const char* class_name = "";       // classify_cpu of the above (name and AVX-512 width)
+  int avx512_bits = 0;
 };
 
 /// attend's name for the CPU's microarchitecture class and the width of its AVX-512 datapath, from

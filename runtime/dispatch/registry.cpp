@@ -78,9 +78,7 @@ struct EnvL2 {
 const EnvL2& env_l2() {
   static const EnvL2 l2 = [] {
     EnvL2 e;
-    const CpuFeatures& f = cpu_features();
-    const CpuClassification c = classify_cpu(f.vendor, f.family, f.model_number, f.cpuid_avx512f);
-    e.bytes = std::string(c.name) == "Zen 4" ? 24576 : 0;
+    e.bytes = std::string(cpu_features().class_name) == "Zen 4" ? 24576 : 0;
     const char* env = std::getenv("ATTEND_DECODE_L2_AHEAD");
     if (!env || !*env) return e;
     const std::string v = env;
@@ -168,8 +166,7 @@ std::string cpu_model() { return dispatch::cpu_features().model; }
 
 CpuClass cpu_class() {
   const dispatch::CpuFeatures& f = dispatch::cpu_features();
-  const dispatch::CpuClassification c = dispatch::classify_cpu(f.vendor, f.family, f.model_number, f.cpuid_avx512f);
-  return {c.name, f.vendor, f.family, f.model_number, c.avx512_bits};
+  return {f.class_name, f.vendor, f.family, f.model_number, f.avx512_bits};
 }
 
 }  // namespace attend

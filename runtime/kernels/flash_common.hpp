@@ -13,20 +13,14 @@
 namespace attend::kernels {
 namespace {
 
-// Prefetches `rows` rows of `cols` elements, `stride` elements apart, one request per cache line.
-template <class E>
+// Prefetches `rows` rows of `cols` elements, `stride` elements apart, one request per cache line,
+// with hint H: 3 into L1 (prefetcht0), 2 into L2 only (prefetcht1: decode's requests further ahead,
+// FlashWork::l2_ahead_bytes).
+template <int H = 3, class E>
 inline void prefetch_rows(const E* p, int64_t stride, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; c += 64 / static_cast<int64_t>(sizeof(E)))
-      __builtin_prefetch(p + r * stride + c, 0, 3);
-}
-
-// The same into L2 only (prefetcht1): decode's requests further ahead (FlashWork::l2_ahead_bytes).
-template <class E>
-inline void prefetch_rows_l2(const E* p, int64_t stride, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; c += 64 / static_cast<int64_t>(sizeof(E)))
-      __builtin_prefetch(p + r * stride + c, 0, 2);
+      __builtin_prefetch(p + r * stride + c, 0, H);
 }
 
 // Per-block bookkeeping shared by both paths.

@@ -99,16 +99,11 @@ int64_t l2_key_blocks(const FlashWork& w) {
   return min64(kMaxL2AheadBlocks, max64(1, w.l2_ahead_bytes / block_bytes));
 }
 
-// Row-major K: how many rows ahead the scores request into L2.
+// Rows of `row_elements` elements ahead the L2 requests reach: row-major K's (head_dim) in the
+// scores, V's (value_dim) in the P·V.
 template <class E>
-int64_t l2_key_rows(const FlashWork& w) {
-  return w.l2_ahead_bytes > 0 ? max64(1, w.l2_ahead_bytes / (w.head_dim * static_cast<int64_t>(sizeof(E)))) : 0;
-}
-
-// V: how many rows ahead the P·V requests into L2.
-template <class E>
-int64_t l2_value_rows(const FlashWork& w) {
-  return w.l2_ahead_bytes > 0 ? max64(1, w.l2_ahead_bytes / (w.value_dim * static_cast<int64_t>(sizeof(E)))) : 0;
+int64_t l2_rows(const FlashWork& w, int64_t row_elements) {
+  return w.l2_ahead_bytes > 0 ? max64(1, w.l2_ahead_bytes / (row_elements * static_cast<int64_t>(sizeof(E)))) : 0;
 }
 
 // A tile of keys [j0, j0 + nk), in three phases: scores, online softmax, P·V.
@@ -132,7 +127,7 @@ void narrow_scores_phase(const FlashWork& w, const NarrowRows& R, const NarrowHe
     if constexpr (KvSource<E>::kScaled) scale_by_keys<Arch>(h.s, ldsn, R.nr, src, src.k_scale, j0, nk);
     return;
   }
-  const int64_t l2_rows = l2_key_rows<E>(w);
+  const int64_t l2_ahead = l2_rows<E>(w, w.head_dim);
   for (int64_t jg = 0; jg < nk; jg += W) {
     // Fetch the K rows of the next group while this one is scored. Measured in one process against
     // a plain read of the same bytes (D1–D4 shapes): one group ahead beats two, four or eight, and
@@ -147,10 +142,10 @@ void narrow_scores_phase(const FlashWork& w, const NarrowRows& R, const NarrowHe
     if (next && !spread) prefetch_rows(next, w.k_row_stride, pf_keys, depth);
     // And the rows l2_ahead_bytes further on into L2 (several rows: spread like `next`; one row: a
     // burst like it).
-    const int64_t l2_at = j0 + jg + W + l2_rows;
-    const int64_t l2_keys = l2_rows > 0 ? min64(W, R.key_hi - l2_at) : 0;
+    const int64_t l2_at = j0 + jg + W + l2_ahead;
+    const int64_t l2_keys = l2_ahead > 0 ? min64(W, R.key_hi - l2_at) : 0;
     const E* l2 = spread && l2_keys > 0 ? src.key_row(l2_at) : nullptr;
-    if (!spread && l2_keys > 0) prefetch_rows_l2(src.key_row(l2_at), w.k_row_stride, l2_keys, depth);
+    if (!spread && l2_keys > 0) prefetch_rows<2>(src.key_row(l2_at), w.k_row_stride, l2_keys, depth);
     for (int p = 0; p < R.packs; ++p) {
       const int64_t r0 = p * R.row_pack;
       narrow_scores_dispatch<Arch, E>(R.row_pack, src.key_row(j0 + jg), w.k_row_stride, min64(W, nk - jg),
@@ -218,7 +213,7 @@ void narrow_pv_phase(const FlashWork& w, const NarrowRows& R, const NarrowHead& 
     if constexpr (KvSource<E>::kScaled) scale_by_keys<Arch>(h.s, ldsn, R.nr, src, src.v_scale, j0, nk);
     const bool requests = !(std::is_same_v<E, float> && R.nr == 1);
     pv_runs<Arch>(src, h.oacc, R.dvp, h.alpha, sh.ones, h.s, ldsn, 1, j0, nk, R.nr, R.dvp / W, masked,
-                  requests ? R.key_hi - j0 : 0, requests ? l2_value_rows<E>(w) : 0);
+                  requests ? R.key_hi - j0 : 0, requests ? l2_rows<E>(w, w.value_dim) : 0);
   } else {
     values_to_f32_panel(src, j0, nk, w.value_dim, R.dvp, sh.vpanel);
     pv_block<Arch>(h.oacc, R.dvp, h.alpha, h.s, ldsn, 1, sh.vpanel, R.dvp, R.nr, R.dvp / W, nk, masked);
