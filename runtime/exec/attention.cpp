@@ -79,12 +79,12 @@ Schedule& schedule_for(const Problem& pr, const kernels::KernelTable& table) {
     for (const BatchEntry& e : pr.entries) max_keys = std::max(max_keys, e.num_keys);
     const int64_t nq = n ? pr.entries[0].num_queries : 0;
     const plan::AttentionPlan p = plan::make_plan(table, static_cast<int64_t>(n), pr.q_heads, pr.kv_heads, nq, max_keys,
-                                                  pr.head_dim, pr.value_dim);
+                                                  pr.head_dim, pr.value_dim, pr.kv_type);
     std::fill(s.plans.begin(), s.plans.end(), p);
   } else {
     for (size_t i = 0; i < n; ++i)
       s.plans[i] = plan::make_plan(table, 1, pr.q_heads, pr.kv_heads, pr.entries[i].num_queries, pr.entries[i].num_keys,
-                                   pr.head_dim, pr.value_dim);
+                                   pr.head_dim, pr.value_dim, pr.kv_type);
   }
   for (size_t i = 0; i < n; ++i) s.order[i] = i;
   if (pr.plan_each_entry) {
@@ -130,8 +130,9 @@ void add_attention_needs(const kernels::KernelTable& table, int64_t batch, int64
                          int64_t num_queries, int64_t max_keys, int64_t head_dim, int64_t value_dim, int threads,
                          detail::Needs& needs) {
   if (batch == 0 || q_heads == 0 || num_queries == 0) return;
-  const plan::AttentionPlan p =
-      plan::make_plan(table, batch, q_heads, kv_heads, num_queries, max_keys, head_dim, value_dim);
+  // (f32 K/V: the most key splits, so the most partial states and threads, for every storage type)
+  const plan::AttentionPlan p = plan::make_plan(table, batch, q_heads, kv_heads, num_queries, max_keys, head_dim,
+                                                value_dim, kernels::KvType::f32);
   const int64_t t = std::min<int64_t>(std::max(threads, 1), std::max<int64_t>(1, p.items()));
   needs[detail::Slot::tile_scratch] += static_cast<size_t>(t) * thread_stride(p);
   needs[detail::Slot::split_partials] += p.partial_floats();
@@ -230,11 +231,12 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     w.key_begin = std::min(e.num_keys, split * p.split_keys);
     w.key_end = std::min(e.num_keys, w.key_begin + p.split_keys);
     w.stream_keys = p.row_blocks == 1;
-    // L2 requests for decode over f32 K/V: a GQA group's, and one row's over a row-major K (sdpa;
-    // measured: docs/performance.md, session 23 — one row over a cache's blocked K lost 2 points
-    // with them, a bf16 cache 6).
-    w.l2_ahead_bytes =
-        p.row_blocks == 1 && (p.group_rows >= 2 || !pr.k_blocked) && pr.kv_type == kernels::KvType::f32 ? l2_ahead : 0;
+    // L2 requests for decode over f32 K/V (a GQA group's, and one row's over a row-major K: sdpa)
+    // and over an i8 cache's. Measured: docs/performance.md, sessions 23–24 — one row over an f32
+    // cache's blocked K lost 2 points with them, a bf16 cache 6; an i8 cache gained 3–7 (GQA) and
+    // 4–6 (one row).
+    const bool l2_f32 = pr.kv_type == kernels::KvType::f32 && (p.group_rows >= 2 || !pr.k_blocked);
+    w.l2_ahead_bytes = p.row_blocks == 1 && (l2_f32 || pr.kv_type == kernels::KvType::i8) ? l2_ahead : 0;
     w.scale = pr.scale;
     w.softcap = pr.softcap;
     w.alibi = pr.alibi ? pr.alibi + h0 : nullptr;

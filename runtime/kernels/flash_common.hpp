@@ -260,6 +260,24 @@ void values_to_f32_panel(const KvSource<E>& src, int64_t j0, int64_t keys, int64
   }
 }
 
+// The V rows a run of n rows requests into L2 (PvAhead): n rows from key j, those below j + avail
+// (the rows that exist), as at most two runs (with pages of at least a run's length, all of them;
+// otherwise the rows past the second run go unrequested).
+template <class E>
+PvAhead ahead_rows(const KvSource<E>& src, int64_t j, int64_t n, int64_t avail) {
+  PvAhead a;
+  const int64_t count = min64(n, avail);
+  if (count <= 0) return a;
+  a.v[0] = src.value(j);
+  a.split = src.run(j, count);
+  a.count = a.split;
+  if (a.split < count) {
+    a.v[1] = src.value(j + a.split);
+    a.count += src.run(j + a.split, count - a.split);
+  }
+  return a;
+}
+
 // P·V over keys [j0, j0 + nk) with V read in place, one pv_block per run: the first run rescales O
 // by alpha, the rest by `ones` (exact), so a tile split by pages gives the bits of one contiguous
 // call. pf_end > 0 (decode): V rows up to key j0 + pf_end exist and are prefetched (within each
@@ -272,19 +290,9 @@ void pv_runs(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alph
   for (int64_t j = 0; j < nk;) {
     const int64_t n = min64(sub, src.run(j0 + j, nk - j));
     const int64_t pf = pf_end > 0 ? src.run(j0 + j, pf_end - j) : 0;
-    // The rows l2_keys ahead of this run's, up to pf_end, as at most two runs (with pages of at
-    // least a run's length, all of them; otherwise the rows past the second run go unrequested).
-    PvAhead ahead;
-    const int64_t ja = j + l2_keys, count = pf_end > 0 && l2_keys > 0 ? min64(n, pf_end - ja) : 0;
-    if (count > 0) {
-      ahead.v[0] = src.value(j0 + ja);
-      ahead.split = src.run(j0 + ja, count);
-      ahead.count = ahead.split;
-      if (ahead.split < count) {
-        ahead.v[1] = src.value(j0 + ja + ahead.split);
-        ahead.count += src.run(j0 + ja + ahead.split, count - ahead.split);
-      }
-    }
+    // The rows l2_keys ahead of this run's, up to pf_end.
+    const PvAhead ahead =
+        pf_end > 0 && l2_keys > 0 ? ahead_rows(src, j0 + j + l2_keys, n, pf_end - j - l2_keys) : PvAhead{};
     pv_block<Arch>(oacc, ldo, j == 0 ? alpha : ones, p + j * p_key_stride, p_row_stride, p_key_stride,
                    src.value(j0 + j), src.v_row_stride, rows, value_vectors, n, masked, pf, ahead);
     j += n;

@@ -89,10 +89,12 @@ inline void query_quads(const int16_t* q, int64_t depth, int32_t* out) {
 // 8–15 from the high one; one vpdpwssd per row and half against query_quads, and the two halves
 // added at the end. A zero sum stays 0 whatever the scale (as the f32 path: a token stored with a
 // non-finite value has zero codes and a NaN scale). pf: null or the G blocks the next call reads,
-// a line per block and depth quad.
+// a line per block and depth quad; l2: null or G blocks further ahead, requested the same way into
+// L2 (prefetcht1, FlashWork::l2_ahead_bytes).
 template <int NR, int G>
 [[gnu::noinline]] void i8_scores(const I8* const* blk, int64_t depth, const int32_t* qv, const float* qs,
-                                 const float* const* ks, float* s, int64_t lds, const I8* const* pf) {
+                                 const float* const* ks, float* s, int64_t lds, const I8* const* pf,
+                                 const I8* const* l2) {
   __m512i lo[G][NR], hi[G][NR];
   ATTEND_UNROLL
   for (int g = 0; g < G; ++g)
@@ -107,6 +109,8 @@ template <int NR, int G>
         pf_at += 64;
         if (pf_at >= block_bytes) pf_at = 0, ++pf_block;
       }
+    if (l2)  // line c of each of the G blocks: whole blocks by the last quad
+      for (int g = 0; g < G; ++g) __builtin_prefetch(reinterpret_cast<const char*>(l2[g]) + c * 64, 0, 2);
     ATTEND_UNROLL
     for (int g = 0; g < G; ++g) {
       const char* at = reinterpret_cast<const char*>(blk[g]) + c * 64;
@@ -145,35 +149,45 @@ constexpr int i8_group(int nr) { return nr >= 8 ? 1 : nr == 4 ? 2 : 4; }
 // 0.248/0.250 ms with K 8 KB ahead instead of the next group (4 KB) and V 8 KB instead of
 // kVPrefetchBytes, D3's 0.936/0.952 → 0.884/0.880 ms; 16 KB no better.
 constexpr int64_t kI8KeyAheadBytes = 8192, kI8ValueAheadBytes = 8192;
-/// The most blocks i8_scores_run looks ahead.
+/// The most blocks i8_scores_run looks ahead (into L1, and into L2).
 constexpr int64_t kI8MaxAheadBlocks = 16;
+
+// Key blocks ahead the L2 requests reach (0: none), at least a group and at most kI8MaxAheadBlocks.
+inline int64_t i8_l2_blocks(int64_t l2_bytes, int64_t depth, int group) {
+  return l2_bytes > 0 ? min64(kI8MaxAheadBlocks, max64(group, l2_bytes / (kKeyBlock * depth))) : 0;
+}
 
 // Scores a tile's `blocks` blocks (G at a time, then one at a time) for `packs` packs of NR rows
 // (pack p's quads at qv + p·NR·D·4, its scores at s + p·NR·lds); blk[b] and ks[b] for b < known.
-// The first pack requests the blocks kI8KeyAheadBytes on (at least the next group) as it goes.
+// The first pack requests the blocks kI8KeyAheadBytes on (at least the next group) as it goes, and,
+// with l2_bytes > 0, the blocks that far on into L2.
 template <int NR>
 void i8_scores_run(const I8* const* blk, const float* const* ks, int64_t blocks, int64_t known, int64_t depth,
-                   const int32_t* qv, const float* qs, float* s, int64_t lds, int packs) {
+                   const int32_t* qv, const float* qs, float* s, int64_t lds, int packs, int64_t l2_bytes) {
   constexpr int G = i8_group(NR);
   const int64_t ahead = min64(kI8MaxAheadBlocks, max64(G, kI8KeyAheadBytes / (kKeyBlock * depth)));
+  const int64_t l2 = i8_l2_blocks(l2_bytes, depth, G);
+  auto at = [&](int64_t b, int64_t n, int64_t by, int p) {
+    return p == 0 && by > 0 && b + by + n <= known ? blk + b + by : nullptr;
+  };
   int64_t b = 0;
   for (; b + G <= blocks; b += G)
     for (int p = 0; p < packs; ++p)
       i8_scores<NR, G>(blk + b, depth, qv + p * NR * depth * 4, qs + p * NR, ks + b, s + p * NR * lds + b * kKeyBlock,
-                       lds, p == 0 && b + ahead + G <= known ? blk + b + ahead : nullptr);
+                       lds, at(b, G, ahead, p), at(b, G, l2, p));
   for (; b < blocks; ++b)
     for (int p = 0; p < packs; ++p)
       i8_scores<NR, 1>(blk + b, depth, qv + p * NR * depth * 4, qs + p * NR, ks + b, s + p * NR * lds + b * kKeyBlock,
-                       lds, p == 0 && b + ahead + 1 <= known ? blk + b + ahead : nullptr);
+                       lds, at(b, 1, ahead, p), at(b, 1, l2, p));
 }
 
 inline void i8_scores_dispatch(int row_pack, const I8* const* blk, const float* const* ks, int64_t blocks,
                                int64_t known, int64_t depth, const int32_t* qv, const float* qs, float* s, int64_t lds,
-                               int packs) {
+                               int packs, int64_t l2_bytes) {
   switch (row_pack) {
-    case 2: return i8_scores_run<2>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs);
-    case 4: return i8_scores_run<4>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs);
-    default: return i8_scores_run<8>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs);
+    case 2: return i8_scores_run<2>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_bytes);
+    case 4: return i8_scores_run<4>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_bytes);
+    default: return i8_scores_run<8>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_bytes);
   }
 }
 
@@ -181,10 +195,15 @@ inline void i8_scores_dispatch(int row_pack, const I8* const* blk, const float* 
 // 32 value columns: V rows j and j + 1 (32 codes each per chunk) interleaved bytewise and sign-extended give the pairs
 // (V[j][d], V[j+1][d]) for d in 0–7, 16–23 (low unpack) and 8–15, 24–31 (high), against the broadcast weight pair
 // (P'[r][j], P'[r][j + 1]). acc[r][2c] holds columns {0–7, 16–23} of chunk c, acc[r][2c + 1] {8–15, 24–31}
-// (i8_pv_finish puts them in order). pf_keys > 0: rows j + pf_keys (below pf_limit) are requested whole, pf_bytes each.
+// (i8_pv_finish puts them in order). pf_keys > 0: rows j + pf_keys (below pf_limit) are requested whole, pf_bytes each;
+// and into L2 (prefetcht1) the `ahead` rows (row j of ahead.v[0] for j < ahead.split, else row j − split of
+// ahead.v[1], for j < ahead.count), whole.
 template <int NR, int CV>
 [[gnu::noinline]] void i8_pv(const int8_t* v, int64_t ldv, const int16_t* w, int64_t ldw, int64_t pairs, int32_t* acc,
-                             int64_t ldacc, int64_t pf_keys, int64_t pf_limit, int64_t pf_bytes) {
+                             int64_t ldacc, int64_t pf_keys, int64_t pf_limit, int64_t pf_bytes, const PvAhead& ahead) {
+  const int8_t* a0 = static_cast<const int8_t*>(ahead.v[0]);
+  const int8_t* a1 = static_cast<const int8_t*>(ahead.v[1]);
+  const int64_t a_split = ahead.split, a_count = pf_keys > 0 && a0 ? ahead.count : 0;
   __m512i a[NR][2 * CV];
   ATTEND_UNROLL
   for (int r = 0; r < NR; ++r)
@@ -196,6 +215,8 @@ template <int NR, int CV>
         for (uintptr_t line = (at + 63) & ~uintptr_t{63}; line < at + pf_bytes; line += 64)
           __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
       }
+    for (int64_t k = 2 * p; k < 2 * p + 2 && k < a_count; ++k)
+      request_lines<2>(k < a_split ? a0 + k * ldv : a1 + (k - a_split) * ldv, pf_bytes);
     __m512i pw[NR];
     ATTEND_UNROLL
     for (int r = 0; r < NR; ++r) {
@@ -226,21 +247,22 @@ constexpr int i8_pv_chunks(int nr) { return nr >= 8 ? 1 : nr == 4 ? 2 : 4; }
 
 template <int NR>
 void i8_pv_passes(const int8_t* v, int64_t ldv, const int16_t* w, int64_t ldw, int64_t pairs, int32_t* acc,
-                  int64_t ldacc, int64_t value_dim, int64_t pf_keys, int64_t pf_limit) {
+                  int64_t ldacc, int64_t value_dim, int64_t pf_keys, int64_t pf_limit, const PvAhead& ahead) {
   constexpr int CV = i8_pv_chunks(NR);
   int64_t c = 0;
   for (; c + 32 * CV <= value_dim; c += 32 * CV)  // the first pass requests whole rows ahead
-    i8_pv<NR, CV>(v + c, ldv, w, ldw, pairs, acc + c, ldacc, c == 0 ? pf_keys : 0, pf_limit, value_dim);
+    i8_pv<NR, CV>(v + c, ldv, w, ldw, pairs, acc + c, ldacc, c == 0 ? pf_keys : 0, pf_limit, value_dim, ahead);
   for (; c < value_dim; c += 32)
-    i8_pv<NR, 1>(v + c, ldv, w, ldw, pairs, acc + c, ldacc, c == 0 ? pf_keys : 0, pf_limit, value_dim);
+    i8_pv<NR, 1>(v + c, ldv, w, ldw, pairs, acc + c, ldacc, c == 0 ? pf_keys : 0, pf_limit, value_dim, ahead);
 }
 
 inline void i8_pv_dispatch(int rows, const int8_t* v, int64_t ldv, const int16_t* w, int64_t ldw, int64_t pairs,
-                           int32_t* acc, int64_t ldacc, int64_t value_dim, int64_t pf_keys, int64_t pf_limit) {
+                           int32_t* acc, int64_t ldacc, int64_t value_dim, int64_t pf_keys, int64_t pf_limit,
+                           const PvAhead& ahead) {
   switch (rows) {
-    case 2: return i8_pv_passes<2>(v, ldv, w, ldw, pairs, acc, ldacc, value_dim, pf_keys, pf_limit);
-    case 4: return i8_pv_passes<4>(v, ldv, w, ldw, pairs, acc, ldacc, value_dim, pf_keys, pf_limit);
-    default: return i8_pv_passes<8>(v, ldv, w, ldw, pairs, acc, ldacc, value_dim, pf_keys, pf_limit);
+    case 2: return i8_pv_passes<2>(v, ldv, w, ldw, pairs, acc, ldacc, value_dim, pf_keys, pf_limit, ahead);
+    case 4: return i8_pv_passes<4>(v, ldv, w, ldw, pairs, acc, ldacc, value_dim, pf_keys, pf_limit, ahead);
+    default: return i8_pv_passes<8>(v, ldv, w, ldw, pairs, acc, ldacc, value_dim, pf_keys, pf_limit, ahead);
   }
 }
 
@@ -295,6 +317,8 @@ void flash_narrow_i8(const FlashWork& w, float* scratch) {
     query_quads(wq, depth, qv + r * depth * 4);
   }
   const KvSource<I8> src(w);
+  // V rows the L2 requests run ahead of the P·V (FlashWork::l2_ahead_bytes; K's: i8_l2_blocks).
+  const int64_t l2_keys = w.l2_ahead_bytes > 0 ? max64(2, w.l2_ahead_bytes / dv) : 0;
   const I8* blk[ldsn / kKeyBlock + kI8MaxAheadBlocks + 8];
   const float* ksc[ldsn / kKeyBlock + kI8MaxAheadBlocks + 8];
   for (int64_t j0 = R.key_lo; j0 < R.key_hi; j0 += ldsn) {
@@ -305,7 +329,7 @@ void flash_narrow_i8(const FlashWork& w, float* scratch) {
       blk[b] = src.key_block(j0 + b * kKeyBlock);
       ksc[b] = src.k_scale + src.scale_index(j0 + b * kKeyBlock);
     }
-    i8_scores_dispatch(R.row_pack, blk, ksc, blocks, known, depth, qv, qs, h.s, ldsn, R.packs);
+    i8_scores_dispatch(R.row_pack, blk, ksc, blocks, known, depth, qv, qs, h.s, ldsn, R.packs, w.l2_ahead_bytes);
     narrow_softmax_phase<Arch>(w, R, h, j0, nk);
     // P' = P·vs (a zero weight stays 0), rounded per row; a non-finite P' takes the f32 P·V.
     scale_by_keys<Arch>(h.s, ldsn, R.nr, src, src.v_scale, j0, nk);
@@ -327,10 +351,11 @@ void flash_narrow_i8(const FlashWork& w, float* scratch) {
       // (an odd last key pairs with a row of its block whose weight is 0).
       const int64_t n = src.run(j0 + j, nk - j);
       const int64_t pf_limit = src.run(j0 + j, R.key_hi - j0 - j);
+      const PvAhead ahead = l2_keys > 0 ? ahead_rows(src, j0 + j + l2_keys, n, R.key_hi - j0 - j - l2_keys) : PvAhead{};
       for (int64_t r0 = 0; r0 < R.nr; r0 += R.row_pack)
         i8_pv_dispatch(R.row_pack, reinterpret_cast<const int8_t*>(src.value(j0 + j)), w.v_row_stride,
                        wq + r0 * ldsn + j, ldsn, (n + 1) / 2, acc + r0 * ldacc, ldacc, dv, r0 == 0 ? pf_keys : 0,
-                       pf_limit);
+                       pf_limit, ahead);
       j += n;
     }
     i8_pv_finish(h.oacc, R.dvp, h.alpha, ps, acc, ldacc, R.nr, dv);

@@ -85,8 +85,8 @@ struct FlashWork {
   // Decode (the narrow path): besides the requests into L1 just ahead of what it reads, request K
   // and V this many bytes ahead into L2 (prefetcht1), so more lines are in flight than L1's miss
   // buffers hold. 0 = none. The executor sets it for decode over f32 K/V (a GQA group's, or one
-  // row's over a row-major K) from dispatch::decode_l2_ahead_bytes (per machine class); prefetch
-  // only: results are the same.
+  // row's over a row-major K) and over an i8 cache (any rows) from dispatch::decode_l2_ahead_bytes
+  // (per machine class); prefetch only: results are the same.
   int64_t l2_ahead_bytes;
 
   float scale;  // multiplies Q·Kᵀ (folded into Q once)

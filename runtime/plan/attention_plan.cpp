@@ -11,8 +11,17 @@ namespace attend::plan {
 // 64 worse.
 constexpr int64_t kDecodeTargetItems = 32;
 
+// The shortest key range split-K makes: 512 keys, and 4096 over an i8 cache (about the bytes of
+// 1024 f32 keys): a range's fixed costs (the query rows rounded to 16 bits, the requests' ramp, a
+// partial state and its merge) weigh 4× as much per byte there. Zen 4, 2 threads, D2's shape
+// over an i8 cache (8 kv heads, 4096 keys), LLC flushed, alternated in one process, share of a
+// plain read: 4 ranges of 1024 keys 56.2/61.2/53.8%, 2 of 2048 58.3/65.2/57.7%, one 63.5/70.7/60.1%
+// (docs/performance.md, session 24). Longer contexts still split (8192 keys: 2 ranges).
+constexpr int64_t min_split_keys(kernels::KvType kv_type) { return kv_type == kernels::KvType::i8 ? 4096 : 512; }
+
 AttentionPlan make_plan(const kernels::KernelTable& table, int64_t batch, int64_t q_heads, int64_t kv_heads,
-                        int64_t num_queries, int64_t num_keys, int64_t head_dim, int64_t value_dim) {
+                        int64_t num_queries, int64_t num_keys, int64_t head_dim, int64_t value_dim,
+                        kernels::KvType kv_type) {
   AttentionPlan p;
   p.table = &table;
   p.batch = batch;
@@ -28,7 +37,8 @@ AttentionPlan make_plan(const kernels::KernelTable& table, int64_t batch, int64_
   p.block_rows = p.group_rows <= g.narrow_max_rows ? p.group_rows : g.block_rows;
   if (p.block_rows == 0) p.block_rows = 1;
   p.row_blocks = parallel::row_blocks(p.group_rows, p.block_rows);
-  const auto split = parallel::split_keys(num_keys, p.row_blocks, batch * kv_heads, kDecodeTargetItems);
+  const auto split =
+      parallel::split_keys(num_keys, p.row_blocks, batch * kv_heads, kDecodeTargetItems, min_split_keys(kv_type));
   p.key_splits = split.count;
   p.split_keys = split.keys;
   p.scratch_floats = table.scratch_floats(head_dim, value_dim, p.block_rows);

@@ -30,7 +30,9 @@ struct AttentionPlan {
   }
 };
 
+/// kv_type: K/V's storage (an i8 cache's key ranges are longer: attention_plan.cpp).
 AttentionPlan make_plan(const kernels::KernelTable& table, int64_t batch, int64_t q_heads, int64_t kv_heads,
-                        int64_t num_queries, int64_t num_keys, int64_t head_dim, int64_t value_dim);
+                        int64_t num_queries, int64_t num_keys, int64_t head_dim, int64_t value_dim,
+                        kernels::KvType kv_type);
 
 }  // namespace attend::plan

@@ -196,6 +196,36 @@ TEST_P(PagedAttention, MixedChunksMatchReference) {
   mixed_chunks_match_reference(isa, dtype, FpMath::strict, stored_values_tolerance(isa, dtype));
 }
 
+// An i8 sequence long enough for split-K (an i8 cache splits decode from 8192 cached keys, in
+// ranges of at least 4096): its pages scattered through the pool, decoded for a GQA group of 4
+// (the integer kernels on the avx512_bf16 tier) and for one row per kv head, on every ISA, against
+// the reference over the stored values — the ranges' partial states merged across pages.
+TEST(PagedAttentionI8, LongDecodeSplitsItsKeys) {
+  for (Isa isa : supported_isas())
+    for (int64_t G : {4, 1}) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + " G=" + std::to_string(G));
+      const int64_t Hkv = 2, Hq = G * Hkv, D = 64, len = 8300;
+      PagedKVCache cache({Hkv, D, 300, 32, DType::i8});
+      History hist{Hkv, D, DType::i8, {}, {}};
+      std::mt19937 rng(static_cast<uint32_t>(G * 11 + static_cast<int>(isa)));
+      const int64_t seq = cache.create_sequence(), filler = cache.create_sequence();
+      for (int64_t done = 0; done < len - 1; done += 500) {  // pages interleaved with the filler's
+        append_random(cache, hist, rng, seq, std::min<int64_t>(500, len - 1 - done));
+        append_random(cache, hist, rng, filler, 20);
+      }
+      cache.release(filler);
+      Packed p(rng, 1, Hq, Hkv, D);
+      const std::vector<SequenceChunk> chunks = {{seq, 1}};
+      SdpaOptions opt;
+      opt.isa = isa;
+      paged_attention(p.qv(), p.kv(), p.vv(), cache, chunks, p.ov(), opt);
+      record_call(hist, p, chunks);
+      EXPECT_EQ(cache.length(seq), len);
+      EXPECT_TRUE(close_to(chunk_rows(p, 0, 1), reference_chunk(hist, p, seq, 0, 1, 0),
+                           stored_values_tolerance(isa, DType::i8)));
+    }
+}
+
 // fpmath = bf16 through the paged path: prompt chunks take the bf16 wide driver over blocked,
 // scattered pages of every storage type; within the README's bound (1e-2 of the output's scale).
 TEST_P(PagedAttention, MixedChunksMatchReferenceBf16Math) {
