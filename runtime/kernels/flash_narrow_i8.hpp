@@ -210,11 +210,8 @@ template <int NR, int CV>
     for (int i = 0; i < 2 * CV; ++i) a[r][i] = _mm512_load_si512(acc + r * ldacc + i * 16);
   for (int64_t p = 0; p < pairs; ++p, v += 2 * ldv, w += 2) {
     if (pf_keys > 0)
-      for (int64_t k = 0; k < 2 && 2 * p + k + pf_keys < pf_limit; ++k) {
-        const uintptr_t at = reinterpret_cast<uintptr_t>(v + (pf_keys + k) * ldv);
-        for (uintptr_t line = (at + 63) & ~uintptr_t{63}; line < at + pf_bytes; line += 64)
-          __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
-      }
+      for (int64_t k = 0; k < 2 && 2 * p + k + pf_keys < pf_limit; ++k)
+        request_lines<3>(v + (pf_keys + k) * ldv, pf_bytes);
     for (int64_t k = 2 * p; k < 2 * p + 2 && k < a_count; ++k)
       request_lines<2>(k < a_split ? a0 + k * ldv : a1 + (k - a_split) * ldv, pf_bytes);
     __m512i pw[NR];
