@@ -151,22 +151,18 @@ constexpr int i8_group(int nr) { return nr >= 8 ? 1 : nr == 4 ? 2 : 4; }
 constexpr int64_t kI8KeyAheadBytes = 8192, kI8ValueAheadBytes = 8192;
 /// The most blocks i8_scores_run looks ahead (into L1, and into L2).
 constexpr int64_t kI8MaxAheadBlocks = 16;
-
-// Key blocks ahead the L2 requests reach (0: none), at least a group and at most kI8MaxAheadBlocks.
-inline int64_t i8_l2_blocks(int64_t l2_bytes, int64_t depth, int group) {
-  return l2_bytes > 0 ? min64(kI8MaxAheadBlocks, max64(group, l2_bytes / (kKeyBlock * depth))) : 0;
-}
+static_assert(kMaxL2AheadBlocks <= kI8MaxAheadBlocks, "l2_key_blocks reaches past the blocks a tile knows");
 
 // Scores a tile's `blocks` blocks (G at a time, then one at a time) for `packs` packs of NR rows
 // (pack p's quads at qv + p·NR·D·4, its scores at s + p·NR·lds); blk[b] and ks[b] for b < known.
 // The first pack requests the blocks kI8KeyAheadBytes on (at least the next group) as it goes, and,
-// with l2_bytes > 0, the blocks that far on into L2.
+// with l2_blocks > 0 (l2_key_blocks), the blocks that far on (at least a group) into L2.
 template <int NR>
 void i8_scores_run(const I8* const* blk, const float* const* ks, int64_t blocks, int64_t known, int64_t depth,
-                   const int32_t* qv, const float* qs, float* s, int64_t lds, int packs, int64_t l2_bytes) {
+                   const int32_t* qv, const float* qs, float* s, int64_t lds, int packs, int64_t l2_blocks) {
   constexpr int G = i8_group(NR);
   const int64_t ahead = min64(kI8MaxAheadBlocks, max64(G, kI8KeyAheadBytes / (kKeyBlock * depth)));
-  const int64_t l2 = i8_l2_blocks(l2_bytes, depth, G);
+  const int64_t l2 = l2_blocks > 0 ? max64(G, l2_blocks) : 0;
   auto at = [&](int64_t b, int64_t n, int64_t by, int p) {
     return p == 0 && by > 0 && b + by + n <= known ? blk + b + by : nullptr;
   };
@@ -183,11 +179,11 @@ void i8_scores_run(const I8* const* blk, const float* const* ks, int64_t blocks,
 
 inline void i8_scores_dispatch(int row_pack, const I8* const* blk, const float* const* ks, int64_t blocks,
                                int64_t known, int64_t depth, const int32_t* qv, const float* qs, float* s, int64_t lds,
-                               int packs, int64_t l2_bytes) {
+                               int packs, int64_t l2_blocks) {
   switch (row_pack) {
-    case 2: return i8_scores_run<2>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_bytes);
-    case 4: return i8_scores_run<4>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_bytes);
-    default: return i8_scores_run<8>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_bytes);
+    case 2: return i8_scores_run<2>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks);
+    case 4: return i8_scores_run<4>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks);
+    default: return i8_scores_run<8>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks);
   }
 }
 
@@ -314,8 +310,8 @@ void flash_narrow_i8(const FlashWork& w, float* scratch) {
     query_quads(wq, depth, qv + r * depth * 4);
   }
   const KvSource<I8> src(w);
-  // V rows the L2 requests run ahead of the P·V (FlashWork::l2_ahead_bytes; K's: i8_l2_blocks).
-  const int64_t l2_keys = w.l2_ahead_bytes > 0 ? max64(2, w.l2_ahead_bytes / dv) : 0;
+  // How far the L2 requests run ahead: K blocks of the scores, V rows of the P·V.
+  const int64_t l2_blocks = l2_key_blocks<I8>(w), l2_keys = l2_rows<I8>(w, dv);
   const I8* blk[ldsn / kKeyBlock + kI8MaxAheadBlocks + 8];
   const float* ksc[ldsn / kKeyBlock + kI8MaxAheadBlocks + 8];
   for (int64_t j0 = R.key_lo; j0 < R.key_hi; j0 += ldsn) {
@@ -326,7 +322,7 @@ void flash_narrow_i8(const FlashWork& w, float* scratch) {
       blk[b] = src.key_block(j0 + b * kKeyBlock);
       ksc[b] = src.k_scale + src.scale_index(j0 + b * kKeyBlock);
     }
-    i8_scores_dispatch(R.row_pack, blk, ksc, blocks, known, depth, qv, qs, h.s, ldsn, R.packs, w.l2_ahead_bytes);
+    i8_scores_dispatch(R.row_pack, blk, ksc, blocks, known, depth, qv, qs, h.s, ldsn, R.packs, l2_blocks);
     narrow_softmax_phase<Arch>(w, R, h, j0, nk);
     // P' = P·vs (a zero weight stays 0), rounded per row; a non-finite P' takes the f32 P·V.
     scale_by_keys<Arch>(h.s, ldsn, R.nr, src, src.v_scale, j0, nk);
