@@ -2,7 +2,7 @@
 
 #include <sys/mman.h>
 
-#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <new>
 #include <utility>
@@ -154,19 +154,21 @@ KvStore& KvStore::operator=(KvStore&& o) noexcept {
 
 void KvStore::request_lines(const unsigned char* kp, const unsigned char* vp, int64_t head_row, int64_t index,
                             int64_t count) const {
-  constexpr int64_t kb = kernels::kKeyBlock, line = 64;
+  constexpr int64_t kb = kernels::kKeyBlock;
   const int64_t eb = static_cast<int64_t>(element_bytes_);
-  // A token's K elements lie kb elements apart: a line holds max(1, 64 / (kb·eb)) of them.
-  const int64_t k_step = std::max<int64_t>(1, line / (kb * eb));
-  for (int64_t t = index; t < index + count; ++t) {
-    const unsigned char* kd = kp + ((t / kb) * kb * head_dim_ + t % kb) * eb;
-    for (int64_t d = 0; d < head_dim_; d += k_step) __builtin_prefetch(kd + d * kb * eb, 1, 3);
-    const unsigned char* vd = vp + t * value_dim_ * eb;
-    for (int64_t b = 0; b < value_dim_ * eb; b += line) __builtin_prefetch(vd + b, 1, 3);
-    if (k_scales_) {
-      __builtin_prefetch(k_scales_ + head_row + t, 1, 3);
-      __builtin_prefetch(v_scales_ + head_row + t, 1, 3);
-    }
+  auto request = [](const void* from, int64_t bytes) {  // every line of [from, from + bytes)
+    const auto at = reinterpret_cast<uintptr_t>(from);
+    for (uintptr_t l = at & ~uintptr_t{63}; l < at + static_cast<uintptr_t>(bytes); l += 64)
+      __builtin_prefetch(reinterpret_cast<const void*>(l), 1, 3);
+  };
+  // A token's K element d sits in row d of its key block ([D][kb], a row of kb·eb ≤ 64 bytes
+  // never straddles a line): its K touches every line of the block, whatever its column.
+  for (int64_t blk = index / kb; blk <= (index + count - 1) / kb; ++blk)
+    request(kp + blk * kb * head_dim_ * eb, kb * head_dim_ * eb);
+  request(vp + index * value_dim_ * eb, count * value_dim_ * eb);
+  if (k_scales_) {
+    request(k_scales_ + head_row + index, count * static_cast<int64_t>(sizeof(float)));
+    request(v_scales_ + head_row + index, count * static_cast<int64_t>(sizeof(float)));
   }
 }
 
@@ -175,11 +177,11 @@ void KvStore::store(int64_t page, int64_t head, int64_t index, int64_t count, co
   unsigned char* kp = keys_ + k_at(page, head);
   unsigned char* vp = values_ + v_at(page, head);
   const int64_t bytes = kernels::kv_type_bytes(src);
-  // A few tokens (a decode step's one): a token's K elements are spread over up to head_dim lines
-  // of its key block, rarely in cache; requested for writing all at once, their misses overlap
-  // instead of each store waiting for its line in turn. One token of 8 kv heads (D 128) after an
-  // LLC flush, alternated processes on a Zen 4: an i8 cache's 12.8–16.0 → 10.1–10.7 µs, f32's
-  // 12.9–15.9 → 11.8–14.0 µs (a decode step's fixed cost, ~40 µs cold).
+  // A few tokens (a decode step's one): a token's K is spread over every line of its key block
+  // (one element per 16-key row), rarely in cache; requested for writing all at once, the misses
+  // overlap instead of each store waiting for its line in turn. One token of 8 kv heads (D 128)
+  // after an LLC flush, alternated processes on a Zen 4: an i8 cache's 12.8–16.0 → 10.1–10.7 µs,
+  // f32's 12.9–15.9 → 11.8–14.0 µs (of a decode step's ~40 µs fixed cost there).
   if (count < kernels::kKeyBlock) request_lines(kp, vp, static_cast<int64_t>(scale_at(page, head)), index, count);
   if (kv_type_ == kernels::KvType::i8) {
     int8_t* kq = reinterpret_cast<int8_t*>(kp);
