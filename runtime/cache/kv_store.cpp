@@ -178,11 +178,12 @@ void KvStore::store(int64_t page, int64_t head, int64_t index, int64_t count, co
   unsigned char* vp = values_ + v_at(page, head);
   const int64_t bytes = kernels::kv_type_bytes(src);
   // A few tokens (a decode step's one): a token's K is spread over every line of its key block
-  // (one element per 16-key row), rarely in cache; requested for writing all at once, the misses
+  // (one element per 16-key row), rarely in cache; requested all at once (prefetcht0), the misses
   // overlap instead of each store waiting for its line in turn. One token of 8 kv heads (D 128)
   // after an LLC flush, alternated processes on a Zen 4: an i8 cache's 12.8–16.0 → 10.1–10.7 µs,
   // f32's 12.9–15.9 → 11.8–14.0 µs (of a decode step's ~40 µs fixed cost there).
-  if (count < kernels::kKeyBlock) request_lines(kp, vp, static_cast<int64_t>(scale_at(page, head)), index, count);
+  if (count > 0 && count < kernels::kKeyBlock)
+    request_lines(kp, vp, static_cast<int64_t>(scale_at(page, head)), index, count);
   if (kv_type_ == kernels::KvType::i8) {
     int8_t* kq = reinterpret_cast<int8_t*>(kp);
     int8_t* vq = reinterpret_cast<int8_t*>(vp);

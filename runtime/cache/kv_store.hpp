@@ -68,7 +68,7 @@ class ATTEND_INTERNAL KvStore {
     return static_cast<size_t>(row_at(page, head) * value_dim_) * element_bytes_;
   }
   size_t scale_at(int64_t page, int64_t head) const { return static_cast<size_t>(row_at(page, head)); }
-  // Requests (for writing) the lines `store` will write for tokens [index, index + count) of the
+  // Requests into L1 the lines `store` will write for tokens [index, index + count) of the
   // head whose K / V start at kp / vp and whose scales start at row head_row.
   void request_lines(const unsigned char* kp, const unsigned char* vp, int64_t head_row, int64_t index,
                      int64_t count) const;
