@@ -133,25 +133,22 @@ void narrow_scores_phase(const FlashWork& w, const NarrowRows& R, const NarrowHe
     // a plain read of the same bytes (D1–D4 shapes): one group ahead beats two, four or eight, and
     // prefetching V as well (for the P·V pass) or the next tile's K during P·V costs 5–15%: the
     // extra requests block the core once its miss buffers are full, and the hardware prefetcher
-    // already streams V. With several rows (GQA) the scoring is long enough to spread the
-    // requests over its FMAs (narrow_scores issues them per depth step): +1–10 points of stream
-    // on D2/D3, most at high bandwidth; one row keeps the burst, which measured 2–3 points better.
+    // already streams V. narrow_scores spreads the requests over its FMAs (several rows: a depth
+    // step's lines of the next group in address order; one row: row by row as it scores them):
+    // +1–10 points of stream on D2/D3; one row (Zen 4, D1/D4's shapes, since it scores key by
+    // key) 86–89 → 92–96% and 87–88 → 90–93% against a burst per group before the scoring.
     const int64_t pf_keys = min64(W, R.key_hi - (j0 + jg + W));
     const E* next = pf_keys > 0 ? src.key_row(j0 + jg + W) : nullptr;
-    const bool spread = R.row_pack > 1;
-    if (next && !spread) prefetch_rows(next, w.k_row_stride, pf_keys, depth);
-    // And the rows l2_ahead_bytes further on into L2 (several rows: spread like `next`; one row: a
-    // burst like it).
+    // And the rows l2_ahead_bytes further on into L2, at the same pace.
     const int64_t l2_at = j0 + jg + W + l2_ahead;
     const int64_t l2_keys = l2_ahead > 0 ? min64(W, R.key_hi - l2_at) : 0;
-    const E* l2 = spread && l2_keys > 0 ? src.key_row(l2_at) : nullptr;
-    if (!spread && l2_keys > 0) prefetch_rows<2>(src.key_row(l2_at), w.k_row_stride, l2_keys, depth);
+    const E* l2 = l2_keys > 0 ? src.key_row(l2_at) : nullptr;
     for (int p = 0; p < R.packs; ++p) {
       const int64_t r0 = p * R.row_pack;
       narrow_scores_dispatch<Arch, E>(R.row_pack, src.key_row(j0 + jg), w.k_row_stride, min64(W, nk - jg),
                                       h.qn + r0 * depth, depth, reinterpret_cast<const E*>(sh.zeros),
-                                      h.s + r0 * ldsn + jg, ldsn, min64(R.row_pack, R.nr - r0),
-                                      spread && p == 0 ? next : nullptr, pf_keys, p == 0 ? l2 : nullptr, l2_keys);
+                                      h.s + r0 * ldsn + jg, ldsn, min64(R.row_pack, R.nr - r0), p == 0 ? next : nullptr,
+                                      pf_keys, p == 0 ? l2 : nullptr, l2_keys);
     }
   }
 }

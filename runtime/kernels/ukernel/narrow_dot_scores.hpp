@@ -7,14 +7,16 @@
 
 #include "../simd/convert.hpp"
 #include "../simd/transpose.hpp"
+#include "../tile_traits.hpp"
 
 namespace attend::kernels {
 namespace {
 
 // S[r][j] for NR rows × KG = W/NR keys starting at `kbase` (rows `ldk` floats apart; keys past `keys`
 // read the zero row), one transpose-sum per W/NR keys. Writes rows < `rows` of S. Optionally
-// prefetches the first `pf_keys` rows at `pf`, spread over the depth loop (in address order when the
-// rows are adjacent).
+// prefetches the first `pf_keys` rows at `pf` into L1 and the first `l2_keys` at `l2` into L2, spread
+// over the scoring (several rows: over the depth loop, in address order when the rows are adjacent,
+// L2 only then; one row: row by row).
 // Always inlined (into flash_narrow's packs loop GCC otherwise outlined it, and row-major decode
 // measured 2–5% slower with a call: MHA decode D1 lost 3–4 points of a read).
 template <class Arch, int NR, class E>
@@ -43,6 +45,38 @@ template <class Arch, int NR, class E>
     const char* l2_end =
         l2_in_order ? reinterpret_cast<const char*>(l2 + (j + KG < l2_keys ? j + KG : l2_keys) * ldk) : nullptr;
     B acc[W];
+    if constexpr (NR == 1) {
+      // One row: key by key, each K row read in address order, so a group's W rows are one run
+      // the hardware prefetchers follow (depth-major, every step touched a line of each of the W
+      // rows, 512 bytes apart at D 128), the query held in registers a chunk of QC vectors at a
+      // time (one load of it per K load instead, as a first version did, lost the gain). Zen 4,
+      // MHA decode, share of a plain read of the same bytes: D1's shape alternated in one process
+      // 77 → 84–87%; the bench (alternated processes) D1 73–75 → 81–88%, D4 76–77 → 89–91%. The
+      // requests go key by key too: the next group's row k (pp[k]) into L1 and row k of the group
+      // at l2 into L2 (any row stride: whole rows).
+      constexpr int QC = Tiles<Arch>::kManyRegs ? 8 : 4;  // query vectors held in registers
+      constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(E));
+      for (int k = 0; k < KG; ++k) acc[k] = B(0.0f);
+      for (int64_t d0 = 0; d0 < depth; d0 += QC * W) {
+        const int64_t nq = (depth - d0) / W < QC ? (depth - d0) / W : QC;
+        B qv[QC];
+        for (int i = 0; i < QC; ++i) qv[i] = i < nq ? B::load_aligned(q + d0 + i * W) : B(0.0f);
+        const int64_t chunk = nq * W;
+        for (int k = 0; k < KG; ++k) {
+          if (pp[k])
+            for (int64_t c = d0; c < d0 + chunk; c += kLine) __builtin_prefetch(pp[k] + c, 0, 3);
+          if (l2 && j + k < l2_keys)
+            for (int64_t c = d0; c < d0 + chunk; c += kLine) __builtin_prefetch(l2 + (j + k) * ldk + c, 0, 2);
+          B a[2] = {acc[k], B(0.0f)};
+          for (int i = 0; i < QC; ++i)
+            if (i < nq) a[i & 1] = xsimd::fma(qv[i], load_float<Arch>(kp[k] + d0 + i * W), a[i & 1]);
+          acc[k] = a[0] + a[1];
+        }
+      }
+      transpose_sum<Arch>(acc).store_aligned(sums);
+      if (rows > 0) std::memcpy(s + j, sums, sizeof(float) * KG);
+      continue;
+    }
     for (int i = 0; i < W; ++i) acc[i] = B(0.0f);
     for (int64_t d = 0; d < depth; d += W) {
       if (l2_in_order)
