@@ -51,9 +51,9 @@ template <class Arch, int NR, class E>
       // rows, 512 bytes apart at D 128), the query held in registers a chunk of QC vectors at a
       // time (one load of it per K load instead, as a first version did, lost the gain). Zen 4,
       // MHA decode, share of a plain read of the same bytes: D1's shape alternated in one process
-      // 77 → 84–87%; the bench (alternated processes) D1 73–75 → 81–88%, D4 76–77 → 89–91%. The
-      // requests go key by key too: the next group's row k (pp[k]) into L1 and row k of the group
-      // at l2 into L2 (any row stride: whole rows).
+      // 77 → 84–87%; with the requests below, the bench (alternated processes, 3 rounds) D1
+      // 65–73 → 86–95%, D4 65–78 → 87–96%. The requests go key by key too: the next group's row
+      // k (pp[k]) into L1 and row k of the group at l2 into L2 (any row stride: whole rows).
       constexpr int QC = Tiles<Arch>::kManyRegs ? 8 : 4;  // query vectors held in registers
       constexpr int64_t kLine = 64 / static_cast<int64_t>(sizeof(E));
       for (int k = 0; k < KG; ++k) acc[k] = B(0.0f);
