@@ -35,15 +35,6 @@ template <class Arch, int NR, class E>
     // Address order measured +5–10 points of stream on GQA decode (D2/D3) over a line per row.
     const E* pp[KG];
     for (int k = 0; k < KG; ++k) pp[k] = pf && j + k < pf_keys ? pf + (j + k) * ldk : nullptr;
-    const bool in_order = pf && ldk == depth && j < pf_keys;
-    const char* run = in_order ? reinterpret_cast<const char*>(pf + j * ldk) : nullptr;
-    const char* run_end =
-        in_order ? reinterpret_cast<const char*>(pf + (j + KG < pf_keys ? j + KG : pf_keys) * ldk) : nullptr;
-    // The rows further ahead (l2: adjacent rows only), into L2 at the same pace.
-    const bool l2_in_order = l2 && ldk == depth && j < l2_keys;
-    const char* l2_run = l2_in_order ? reinterpret_cast<const char*>(l2 + j * ldk) : nullptr;
-    const char* l2_end =
-        l2_in_order ? reinterpret_cast<const char*>(l2 + (j + KG < l2_keys ? j + KG : l2_keys) * ldk) : nullptr;
     B acc[W];
     if constexpr (NR == 1) {
       // One row: key by key, each K row read in address order, so a group's W rows are one run
@@ -77,6 +68,15 @@ template <class Arch, int NR, class E>
       if (rows > 0) std::memcpy(s + j, sums, sizeof(float) * KG);
       continue;
     }
+    const bool in_order = pf && ldk == depth && j < pf_keys;
+    const char* run = in_order ? reinterpret_cast<const char*>(pf + j * ldk) : nullptr;
+    const char* run_end =
+        in_order ? reinterpret_cast<const char*>(pf + (j + KG < pf_keys ? j + KG : pf_keys) * ldk) : nullptr;
+    // The rows further ahead (l2: adjacent rows only), into L2 at the same pace.
+    const bool l2_in_order = l2 && ldk == depth && j < l2_keys;
+    const char* l2_run = l2_in_order ? reinterpret_cast<const char*>(l2 + j * ldk) : nullptr;
+    const char* l2_end =
+        l2_in_order ? reinterpret_cast<const char*>(l2 + (j + KG < l2_keys ? j + KG : l2_keys) * ldk) : nullptr;
     for (int i = 0; i < W; ++i) acc[i] = B(0.0f);
     for (int64_t d = 0; d < depth; d += W) {
       if (l2_in_order)

@@ -443,9 +443,8 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
   // D3 81 → 83–85%, paged D2 79–80 → 82–83%, D3 79–80 → 82%, sdpa D2 74–79 → 79–81%. A bf16 V
   // (128-byte half rows, two lines each) measured 77–81 → 77–80%: left as it was.
   int64_t row_step = T::kPvRows;
-  if constexpr (T::kManyRegs) {
-    if (std::is_same_v<E, float> && pf_limit > 0 && value_vectors * 2 <= T::kAccRegs &&
-        rows * value_vectors > T::kAccRegs) {
+  if constexpr (T::kManyRegs && std::is_same_v<E, float>) {
+    if (pf_limit > 0 && value_vectors * 2 <= T::kAccRegs && rows * value_vectors > T::kAccRegs) {
       const int64_t most = min64(T::kPvRows, T::kAccRegs / value_vectors);
       const int64_t passes = (rows + most - 1) / most;
       row_step = (rows + passes - 1) / passes;
