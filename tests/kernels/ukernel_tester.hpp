@@ -212,8 +212,13 @@ void pv_cases(UkernelReport& r) {
   using T = Tiles<Arch>;
   constexpr int W = T::W;
   const int nv_max = static_cast<int>(min64(kMaxPvNV, T::kAccRegs / T::kPvRows));
-  const Sizes rows = boundary(T::kPvRows, 1, T::kBlockRows);
-  const Sizes vecs = boundary(nv_max, 1, 2 * nv_max + 1);
+  Sizes rows = boundary(T::kPvRows, 1, T::kBlockRows);
+  Sizes vecs = boundary(nv_max, 1, 2 * nv_max + 1);
+  // GQA groups of four and eight at D 128 on AVX-512 (8 vectors): decode's whole-register passes
+  // (pv_tile_vmem, 32 accumulators).
+  rows.add(4, 1, T::kBlockRows);
+  rows.add(8, 1, T::kBlockRows);
+  vecs.add(kMaxPvNV, 1, 2 * nv_max + 1);
   Sizes keys = boundary(T::kBlockKeys, 0, T::kNarrowBlockKeys);
   keys.add(T::kNarrowBlockKeys, 0, T::kNarrowBlockKeys);
   Lcg rng{2};
