@@ -149,9 +149,11 @@ void pv_tile(const PvArgs& a) {
 // flight, and the call lost their whole time (Zen 4, D2's shape, LLC flushed: skipping that pass
 // — wrong results, a measurement only — saved 54 µs of 1.08 ms, and the pass over a V row held
 // in L1 cost the same as over the tile in L2). The compiler keeps one or two accumulators on the
-// stack (32 plus the broadcast weight): a load and a store per key each. The same FMAs in the
-// same order as pv_tile: the same bits (tested). Unmasked tiles only (masked ones take pv_tile).
-template <class Arch, int R, int NV>
+// stack (32 plus the broadcast weight): a load and a store per key each. A 16-bit V (bf16, f16)
+// cannot be a memory operand: each vector is widened once into a register for every row, the R
+// weights broadcast first (a few more accumulators spill). The same FMAs in the same order as
+// pv_tile: the same bits (tested). Unmasked tiles only (masked ones take pv_tile).
+template <class Arch, int R, int NV, class T = float>
 [[gnu::noinline]] void pv_tile_vmem(const PvArgs& a) {
   using B = vfloat<Arch>;
   constexpr int W = B::size;
@@ -159,7 +161,7 @@ template <class Arch, int R, int NV>
   float* const o = a.o;
   const int64_t ldo = a.ldo, ldv = a.ldv, keys = a.keys, prs = a.p_row_stride, pks = a.p_key_stride;
   const int64_t pf_keys = a.pf_keys, pf_limit = a.pf_limit, pf_bytes = a.pf_bytes;
-  const AheadRows<float> ahead(a);
+  const AheadRows<T> ahead(a);
   B acc[R][NV];
   ATTEND_UNROLL
   for (int r = 0; r < R; ++r) {
@@ -167,16 +169,28 @@ template <class Arch, int R, int NV>
     ATTEND_UNROLL
     for (int n = 0; n < NV; ++n) acc[r][n] = B::load_aligned(o + r * ldo + n * W) * al;
   }
-  const float* v = static_cast<const float*>(a.v);
+  const T* v = static_cast<const T*>(a.v);
   const float* p = a.p;
   for (int64_t j = 0; j < keys; ++j, v += ldv, p += pks) {
     if (pf_bytes && j + pf_keys < pf_limit) request_lines<3>(v + pf_keys * ldv, pf_bytes);
     if (ahead.v0) ahead.request(j);
-    ATTEND_UNROLL
-    for (int r = 0; r < R; ++r) {
-      const B pb(p[r * prs]);
+    if constexpr (std::is_same_v<T, float>) {
       ATTEND_UNROLL
-      for (int n = 0; n < NV; ++n) acc[r][n] = xsimd::fma(pb, B::load_unaligned(v + n * W), acc[r][n]);
+      for (int r = 0; r < R; ++r) {
+        const B pb(p[r * prs]);
+        ATTEND_UNROLL
+        for (int n = 0; n < NV; ++n) acc[r][n] = xsimd::fma(pb, B::load_unaligned(v + n * W), acc[r][n]);
+      }
+    } else {  // 16-bit V: each vector widened once, for every row
+      B pb[R];
+      ATTEND_UNROLL
+      for (int r = 0; r < R; ++r) pb[r] = B(p[r * prs]);
+      ATTEND_UNROLL
+      for (int n = 0; n < NV; ++n) {
+        const B vv = load_float<Arch>(v + n * W);
+        ATTEND_UNROLL
+        for (int r = 0; r < R; ++r) acc[r][n] = xsimd::fma(pb[r], vv, acc[r][n]);
+      }
     }
   }
   ATTEND_UNROLL
@@ -281,16 +295,16 @@ constexpr auto make_pv_table(std::integer_sequence<int, I...>) {
 }
 
 // pv_tile_vmem's blocks: R·NV up to the register count (the entries past it are never called).
-template <class Arch, int... I>
+template <class Arch, class T, int... I>
 constexpr auto make_pv_vmem_table(std::integer_sequence<int, I...>) {
   constexpr auto pick = [](int r, int nv) { return r * nv <= vector_registers(Arch{}) ? r : 1; };
   return std::array<void (*)(const PvArgs&), sizeof...(I)>{
-      &pv_tile_vmem<Arch, pick(I / kMaxPvNV + 1, I % kMaxPvNV + 1), I % kMaxPvNV + 1>...};
+      &pv_tile_vmem<Arch, pick(I / kMaxPvNV + 1, I % kMaxPvNV + 1), I % kMaxPvNV + 1, T>...};
 }
 
-template <class Arch>
+template <class Arch, class T>
 inline void pv_vmem_dispatch(int r, int nv, const PvArgs& a) {
-  static constexpr auto table = make_pv_vmem_table<Arch>(std::make_integer_sequence<int, kMaxPvR * kMaxPvNV>{});
+  static constexpr auto table = make_pv_vmem_table<Arch, T>(std::make_integer_sequence<int, kMaxPvR * kMaxPvNV>{});
   table[(r - 1) * kMaxPvNV + (nv - 1)](a);
 }
 
@@ -501,12 +515,15 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
   // (128-byte half rows, two lines each) measured 77–81 → 77–80%: left as it was.
   //
   // Unmasked tiles on AVX-512 go further: passes of whole rows with up to 32 accumulators, V as the
-  // FMAs' memory operand (pv_tile_vmem), so a group of four at D 128 reads V in one pass. Zen 4,
-  // share of a read, alternated in one process (LLC flushed): the f32 cache D2's shape 84.7 / 84.8
-  // → 87.2 / 88.5%, D3's 87.2 → 90.7%.
+  // FMAs' memory operand (pv_tile_vmem), so a group of four at D 128 reads V in one pass; a 16-bit
+  // V too (widened once per vector). Zen 4, share of a read, alternated in one process (LLC
+  // flushed): the f32 cache D2's shape 84.7 / 84.8 → 87.2 / 88.5%, D3's 87.2 → 90.7%; the bf16
+  // cache D2's 71.7 / 75.9 → 80.3 / 78.0%, D3's 84.6 / 85.9 → 94.0 / 95.1%.
   int64_t row_step = T::kPvRows;
   bool vmem = false;
-  if constexpr (T::kManyRegs && T::W == 16 && std::is_same_v<E, float>) {
+  constexpr bool kVmem =
+      T::kManyRegs && T::W == 16 && (std::is_same_v<E, float> || std::is_same_v<E, Bf16> || std::is_same_v<E, F16>);
+  if constexpr (kVmem) {
     if (pf_limit > 0 && rows * value_vectors > T::kAccRegs) {
       // Balanced passes of whole rows with at most `regs` accumulators each.
       auto whole_rows = [&](int64_t regs) {
@@ -518,12 +535,12 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
         row_step = whole_rows(T::kRegisters);
         vmem = row_step * value_vectors > T::kAccRegs;
       }
-      if (!vmem && value_vectors * 2 <= T::kAccRegs) row_step = whole_rows(T::kAccRegs);
+      if (!vmem && std::is_same_v<E, float> && value_vectors * 2 <= T::kAccRegs) row_step = whole_rows(T::kAccRegs);
     }
   }
   for (int64_t r0 = r_begin; r0 < rows; r0 += row_step) {
     const int R = static_cast<int>(min64(row_step, rows - r0));
-    if constexpr (T::kManyRegs && T::W == 16 && std::is_same_v<E, float>) {
+    if constexpr (kVmem) {
       if (vmem) {
         PvArgs a{oacc + r0 * ldo, ldo, alpha + r0, p + r0 * p_row_stride, p_row_stride, p_key_stride, v, ldv, keys};
         if (r0 == 0) {  // the first pass reads V from memory: whole rows ahead, into L1 and L2
@@ -532,7 +549,7 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
           a.pf_bytes = row_bytes;
           set_ahead(a, ahead);
         }
-        pv_vmem_dispatch<Arch>(R, static_cast<int>(value_vectors), a);
+        pv_vmem_dispatch<Arch, E>(R, static_cast<int>(value_vectors), a);
         continue;
       }
     }
