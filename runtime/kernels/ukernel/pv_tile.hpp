@@ -141,9 +141,9 @@ void pv_tile(const PvArgs& a) {
     for (int n = 0; n < NV; ++n) acc[r][n].store_aligned(a.o + r * a.ldo + n * W);
 }
 
-// Decode over an f32 V on 32 registers: O[R rows][NV·W] = alpha·O + P·V with up to the whole
-// register file as accumulators (a GQA group of four at D 128: 32), each FMA taking its V vector
-// from L1 as a memory operand instead of a register. A group of four then reads each V row once,
+// Decode on AVX-512: O[R rows][NV·W] = alpha·O + P·V with up to the whole register file as
+// accumulators (a GQA group of four at D 128: 32), each FMA taking its f32 V vector from L1 as a
+// memory operand instead of a register. A group of four then reads each V row once,
 // in one pass, instead of two passes of two rows (pv_tile's 24 accumulators plus the row's 8
 // vectors): the second pass's FMAs ran after the row's bytes had arrived, with no request in
 // flight, and the call lost their whole time (Zen 4, D2's shape, LLC flushed: skipping that pass
