@@ -483,6 +483,14 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
   constexpr int W = T::W;
   const int64_t row_bytes = value_vectors * W * static_cast<int64_t>(sizeof(E));
   const int64_t pf_keys = max64(1, kVPrefetchBytes / row_bytes);
+  // Decode's pass that reads V from memory requests whole rows kVPrefetchBytes ahead (and into L2,
+  // the ahead rows).
+  auto request_whole_rows = [&](PvArgs& a) {
+    a.pf_keys = pf_keys;
+    a.pf_limit = pf_limit;
+    a.pf_bytes = row_bytes;
+    set_ahead(a, ahead);
+  };
   int64_t r_begin = 0;
   if constexpr (!T::kManyRegs) {
     static_assert(T::kPvRows <= 4, "pv_in_memory_dispatch takes up to four rows");
@@ -495,10 +503,7 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
     // in one process: group 8 sdpa 56 -> 59%, f32 cache 60 -> 64% of a read.
     if (pf_limit > 0 && !(std::is_same_v<E, I8> && rows == 1)) {
       PvArgs a{oacc, ldo, alpha, p, p_row_stride, p_key_stride, v, ldv, keys};
-      a.pf_keys = pf_keys;
-      a.pf_limit = pf_limit;
-      a.pf_bytes = row_bytes;
-      set_ahead(a, ahead);
+      request_whole_rows(a);
       pv_in_memory_dispatch<Arch, E>(static_cast<int>(min64(T::kPvRows, rows)), masked, a, value_vectors);
       r_begin = T::kPvRows;
       pf_limit = 0;
@@ -543,12 +548,7 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
     if constexpr (kVmem) {
       if (vmem) {
         PvArgs a{oacc + r0 * ldo, ldo, alpha + r0, p + r0 * p_row_stride, p_row_stride, p_key_stride, v, ldv, keys};
-        if (r0 == 0) {  // the first pass reads V from memory: whole rows ahead, into L1 and L2
-          a.pf_keys = pf_keys;
-          a.pf_limit = pf_limit;
-          a.pf_bytes = row_bytes;
-          set_ahead(a, ahead);
-        }
+        if (r0 == 0) request_whole_rows(a);  // the first pass reads V from memory
         pv_vmem_dispatch<Arch, E>(R, static_cast<int>(value_vectors), a);
         continue;
       }
@@ -571,12 +571,7 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
         a.pf_limit = pf_limit;
         a.pf_bytes = nv * W * static_cast<int64_t>(sizeof(E));
       } else if (pf_limit > 0 && r0 == 0 && c == 0) {
-        // The first pass over the keys fetches whole rows kVPrefetchBytes ahead (and into L2, the
-        // ahead rows).
-        a.pf_keys = pf_keys;
-        a.pf_limit = pf_limit;
-        a.pf_bytes = row_bytes;
-        set_ahead(a, ahead);
+        request_whole_rows(a);  // the first pass over the keys
       }
       pv_dispatch<Arch, E>(R, nv, masked, a);
     }
