@@ -334,28 +334,39 @@ void add_needs(const kernels::KernelTable& table, const Checked& s, int threads,
   exec::add_attention_needs(table, s.B, s.Hq, s.Hkv, s.Nq, s.max_keys, s.D, s.Dv, threads, needs);
 }
 
+namespace {
+// Problem::store for a slot cache's append: call, checked.
+struct CacheStore {
+  const AttentionCall* call;
+  const Checked* s;
+};
+void store_cache_entry(const void* ctx, size_t b, int64_t h) {
+  const CacheStore& c = *static_cast<const CacheStore*>(ctx);
+  const TensorView &k = c.call->k, &v = c.call->v;
+  KVCacheAccess::store(*c.call->cache, c.call->seqs[b], h, c.s->cached[b], c.s->Nq,
+                       element_at(k, static_cast<int64_t>(b), h), k.stride(2),
+                       element_at(v, static_cast<int64_t>(b), h), v.stride(2), elem_type(k.dtype()));
+}
+}  // namespace
+
 void execute(const AttentionCall& call, const Checked& s, const kernels::KernelTable& table, const Lease& lease) {
-  if (call.cache && call.append) {
-    KVCache& cache = *call.cache;
-    const TensorView &k = call.k, &v = call.v;
-    for (int64_t b = 0; b < s.B; ++b) {
-      const int64_t seq = call.seqs[static_cast<size_t>(b)];
-      for (int64_t h = 0; h < s.Hkv; ++h)
-        KVCacheAccess::store(cache, seq, h, s.cached[static_cast<size_t>(b)], s.Nq, element_at(k, b, h), k.stride(2),
-                             element_at(v, b, h), v.stride(2), elem_type(k.dtype()));
-    }
+  exec::Problem p = build_problem(call, s);
+  if (!(call.cache && call.append)) return exec::run_attention(p, table, lease);
+  // The new K/V are stored by run_attention (each head's by the item that reads it, for decode).
+  const CacheStore ctx{&call, &s};
+  p.store = store_cache_entry;
+  p.store_ctx = &ctx;
+  for (exec::BatchEntry& e : p.entries) e.new_keys = s.Nq;
+  KVCache& cache = *call.cache;
+  for (int64_t b = 0; b < s.B; ++b)
+    KVCacheAccess::set_length(cache, call.seqs[static_cast<size_t>(b)], s.cached[static_cast<size_t>(b)] + s.Nq);
+  try {
+    exec::run_attention(p, table, lease);
+  } catch (...) {
     for (int64_t b = 0; b < s.B; ++b)
-      KVCacheAccess::set_length(cache, call.seqs[static_cast<size_t>(b)], s.cached[static_cast<size_t>(b)] + s.Nq);
-    try {
-      exec::run_attention(build_problem(call, s), table, lease);
-    } catch (...) {
-      for (int64_t b = 0; b < s.B; ++b)
-        KVCacheAccess::set_length(cache, call.seqs[static_cast<size_t>(b)], s.cached[static_cast<size_t>(b)]);
-      throw;
-    }
-    return;
+      KVCacheAccess::set_length(cache, call.seqs[static_cast<size_t>(b)], s.cached[static_cast<size_t>(b)]);
+    throw;
   }
-  exec::run_attention(build_problem(call, s), table, lease);
 }
 
 void run(const AttentionCall& call) {

@@ -559,9 +559,9 @@ void MultiHeadAttention::forward_paged(const void* x, DType x_dtype, void* y, DT
     s.rope(p.q, p.ldq, s.hq, 1, T, pos);
     s.rope(p.k, p.ldkv, s.hkv, 1, T, pos);
   }
-  step.store(s.k_view(p, 1, T), s.v_view(p, 1, T), lease.threads());
+  const TensorView k_new = s.k_view(p, 1, T), v_new = s.v_view(p, 1, T);
   step.attend(s.q_view(p, 1, T), s.o_view(lease.get(detail::Slot::attention_out), 1, T), s.scale, s.call(who, opt),
-              table, lease);
+              table, lease, &k_new, &v_new);
   s.output(y, T, lease, act(y_dtype));
 }
 

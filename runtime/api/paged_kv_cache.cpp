@@ -444,32 +444,49 @@ void PagedStep::take_blocks() {
   }
 }
 
-void PagedStep::store(const TensorView& k, const TensorView& v, int threads) {
+void PagedStep::store_head(size_t i, int64_t h, const TensorView& k, const TensorView& v) {
   // Every block written here is owned by its sequence alone (take_blocks).
   PagedKVCache::Impl& c = *cache_.impl_;
-  Scratch& s = scratch_;
-  const size_t n = chunks_.size();
-  const int64_t heads = c.config.kv_heads, bt = c.bt();
-  auto store_item = [&](int64_t item, int) {
-    const size_t i = static_cast<size_t>(item / heads);
-    const int64_t h = item % heads;
-    const Seq& q = *s.seqs[i];
-    const int64_t first = s.offsets[i];
-    for (int64_t t = 0; t < chunks_[i].tokens;) {
-      const int64_t pos = s.lengths[i] + t;
-      const int64_t count = std::min(chunks_[i].tokens - t, bt - pos % bt);
-      const int64_t tok = first + t;
-      c.store.store(q.blocks[static_cast<size_t>(pos / bt)], h, pos % bt, count, element_at(k, 0, h, tok), k.stride(2),
-                    element_at(v, 0, h, tok), v.stride(2), elem_type(k.dtype()));
-      t += count;
-    }
-  };
-  parallel::parallel_for(static_cast<int64_t>(n) * heads, threads, store_item);
-  for (size_t i = 0; i < n; ++i) s.seqs[i]->length = s.lengths[i] + chunks_[i].tokens;
+  const Scratch& s = scratch_;
+  const int64_t bt = c.bt();
+  const Seq& q = *s.seqs[i];
+  const int64_t first = s.offsets[i];
+  for (int64_t t = 0; t < chunks_[i].tokens;) {
+    const int64_t pos = s.lengths[i] + t;
+    const int64_t count = std::min(chunks_[i].tokens - t, bt - pos % bt);
+    const int64_t tok = first + t;
+    c.store.store(q.blocks[static_cast<size_t>(pos / bt)], h, pos % bt, count, element_at(k, 0, h, tok), k.stride(2),
+                  element_at(v, 0, h, tok), v.stride(2), elem_type(k.dtype()));
+    t += count;
+  }
+}
+
+void PagedStep::set_lengths() {
+  for (size_t i = 0; i < chunks_.size(); ++i) scratch_.seqs[i]->length = scratch_.lengths[i] + chunks_[i].tokens;
+}
+
+void PagedStep::store(const TensorView& k, const TensorView& v, int threads) {
+  const int64_t heads = cache_.config().kv_heads;
+  auto store_item = [&](int64_t item, int) { store_head(static_cast<size_t>(item / heads), item % heads, k, v); };
+  parallel::parallel_for(static_cast<int64_t>(chunks_.size()) * heads, threads, store_item);
+  set_lengths();
+}
+
+namespace {
+struct PendingStore {  // exec::Problem::store's context for PagedStep::attend
+  PagedStep* step;
+  const TensorView *k, *v;
+};
+}  // namespace
+
+void PagedStep::store_entry(const void* ctx, size_t i, int64_t h) {
+  const PendingStore& p = *static_cast<const PendingStore*>(ctx);
+  p.step->store_head(i, h, *p.k, *p.v);
 }
 
 void PagedStep::attend(const TensorView& q, const TensorView& o, float scale, const AttentionCall& call,
-                       const kernels::KernelTable& table, const Lease& lease) {
+                       const kernels::KernelTable& table, const Lease& lease, const TensorView* k_new,
+                       const TensorView* v_new) {
   PagedKVCache::Impl& c = *cache_.impl_;
   Scratch& s = scratch_;
   exec::Problem& p = s.problem;  // shapes from add_needs
@@ -538,7 +555,12 @@ void PagedStep::attend(const TensorView& q, const TensorView& o, float scale, co
     e.k_scale = c.store.key_scales(0);
     e.v_scale = c.store.value_scales(0);
     e.pages = s.seqs[i]->blocks.data();
+    e.new_keys = k_new ? chunks_[i].tokens : 0;
   }
+  const PendingStore pending{this, k_new, v_new};
+  p.store = k_new ? store_entry : nullptr;
+  p.store_ctx = &pending;
+  if (k_new) set_lengths();  // (nothing reads them during the call; nothing throws after take_blocks)
   exec::run_attention(p, table, lease);
 }
 
@@ -557,8 +579,8 @@ void paged_attention(const TensorView& q, const TensorView& k_new, const TensorV
   detail::Needs needs;
   step.add_needs(table, checked.Hq, lease.threads(), needs);
   lease.reserve(needs, call.who);
-  step.append(k_new, v_new, lease.threads());
-  step.attend(q, o, checked.scale, call, table, lease);
+  step.take_blocks();
+  step.attend(q, o, checked.scale, call, table, lease, &k_new, &v_new);
 }
 
 }  // namespace attend

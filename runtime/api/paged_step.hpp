@@ -43,13 +43,20 @@ class ATTEND_INTERNAL PagedStep {
     store(k, v, threads);
   }
   /// Attention of q ([1, Hq, T, D]) over the appended sequences into o (validated by the caller), with
-  /// `scale` and the window and score terms of `call` (its tensors are not read).
+  /// `scale` and the window and score terms of `call` (its tensors are not read). With k_new and
+  /// v_new (after take_blocks, instead of store): the attention stores them first, a decode chunk's
+  /// heads in the items that read them (exec::Problem::store), and sets the new lengths.
   void attend(const TensorView& q, const TensorView& o, float scale, const AttentionCall& call,
-              const kernels::KernelTable& table, const Lease& lease);
+              const kernels::KernelTable& table, const Lease& lease, const TensorView* k_new = nullptr,
+              const TensorView* v_new = nullptr);
 
   struct Scratch;  // per-thread buffers reused across calls (no allocation once warm)
 
  private:
+  void store_head(size_t chunk, int64_t head, const TensorView& k, const TensorView& v);
+  void set_lengths();
+  static void store_entry(const void* ctx, size_t chunk, int64_t head);  // exec::Problem::store
+
   const char* who_;
   PagedKVCache& cache_;
   std::span<const SequenceChunk> chunks_;

@@ -1,6 +1,7 @@
 #include "attention.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -22,8 +23,8 @@ struct Schedule {
   std::vector<int64_t> first_item;         // per scheduled position, plus the total
   std::vector<size_t> order;               // scheduled position → entry
   std::vector<size_t> partial_at;          // per entry: offset of its split-K states (floats)
-  std::vector<int64_t> first_pair;         // per split entry (merge order), plus the total
-  std::vector<size_t> split_entries;       // entries with key_splits > 1
+  std::vector<int64_t> pair_at;            // per entry: the number of its kv head 0's split-K pair, or -1
+  std::vector<int32_t> splits_done;        // per split-K pair: its key ranges finished (atomic_ref)
   size_t partial_floats = 0, stride = 0;
   // bf16 math (KernelTable::keeps_packed_kv): the (entry, kv head) pairs whose row blocks keep K/V
   // packed across blocks (kernels::FlashWork::packed_k), "pack heads", numbered in schedule order.
@@ -33,6 +34,10 @@ struct Schedule {
   size_t slot_floats = 0;             // one buffer: unit states, then K rows and V pairs (for the most keys)
   size_t state_floats = 0;            // the states' part
   std::vector<int64_t> thread_head;   // per thread: the pack head its buffer holds, or -1
+  // Problem::store: per entry, the key range (split) whose item stores its new keys, or -1 when they
+  // are stored before the items (flattened (entry, kv head) pairs in early_stores).
+  std::vector<int64_t> store_split;
+  std::vector<int64_t> early_stores;
 };
 
 int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
@@ -65,6 +70,26 @@ void plan_packing(Schedule& s, const Problem& pr, const kernels::KernelTable& ta
   s.state_floats = static_cast<size_t>(round16((max_keys + kernels::kPackUnitKeys - 1) / kernels::kPackUnitKeys));
 }
 
+// Who stores each entry's new keys (Problem::store). A decode-shaped entry (one row block) has
+// one item per key range, and only the range holding its new keys reads them: that item stores them
+// first. Other entries' row blocks all read them, so they are stored before the items start.
+void plan_stores(Schedule& s, const Problem& pr) {
+  const size_t n = pr.entries.size();
+  s.store_split.assign(n, -1);
+  s.early_stores.clear();
+  if (!pr.store) return;
+  for (size_t i = 0; i < n; ++i) {
+    const BatchEntry& e = pr.entries[i];
+    const plan::AttentionPlan& p = s.plans[i];
+    if (e.new_keys <= 0) continue;
+    const int64_t first = e.num_keys - e.new_keys, last = e.num_keys - 1;
+    if (p.row_blocks == 1 && e.num_queries > 0 && first / p.split_keys == last / p.split_keys)
+      s.store_split[i] = last / p.split_keys;
+    else
+      for (int64_t h = 0; h < pr.kv_heads; ++h) s.early_stores.push_back(static_cast<int64_t>(i) * pr.kv_heads + h);
+  }
+}
+
 Schedule& schedule_for(const Problem& pr, const kernels::KernelTable& table) {
   thread_local Schedule s;
   const size_t n = pr.entries.size();
@@ -72,8 +97,6 @@ Schedule& schedule_for(const Problem& pr, const kernels::KernelTable& table) {
   s.order.resize(n);
   s.partial_at.resize(n);
   s.first_item.resize(n + 1);
-  s.split_entries.clear();
-  s.first_pair.clear();
   if (!pr.plan_each_entry) {
     int64_t max_keys = 0;
     for (const BatchEntry& e : pr.entries) max_keys = std::max(max_keys, e.num_keys);
@@ -109,18 +132,19 @@ Schedule& schedule_for(const Problem& pr, const kernels::KernelTable& table) {
   }
   s.first_item[n] = items;
   int64_t pairs = 0;
+  s.pair_at.assign(n, -1);
   for (size_t i = 0; i < n; ++i) {
     const plan::AttentionPlan& p = s.plans[i];
     s.partial_at[i] = s.partial_floats;
     if (p.key_splits > 1 && pr.entries[i].num_queries > 0) {
       s.partial_floats += p.partial_floats() / static_cast<size_t>(p.batch);
-      s.split_entries.push_back(i);
-      s.first_pair.push_back(pairs);
+      s.pair_at[i] = pairs;
       pairs += p.kv_heads;
     }
   }
-  s.first_pair.push_back(pairs);
+  s.splits_done.assign(static_cast<size_t>(pairs), 0);
   plan_packing(s, pr, table);
+  plan_stores(s, pr);
   return s;
 }
 
@@ -153,9 +177,22 @@ void add_attention_needs(const kernels::KernelTable& table, const Problem& pr, i
 }
 
 void run_attention(const Problem& pr, const kernels::KernelTable& table, const detail::Lease& lease) {
-  if (pr.entries.empty() || pr.q_heads == 0) return;
+  if (pr.entries.empty()) return;
   const int nthreads = lease.threads();
+  if (pr.q_heads == 0) {  // nothing to attend: only the stores
+    auto store = [&](int64_t i, int) {
+      const size_t b = static_cast<size_t>(i / pr.kv_heads);
+      if (pr.entries[b].new_keys > 0) pr.store(pr.store_ctx, b, i % pr.kv_heads);
+    };
+    if (pr.store) parallel::parallel_for(static_cast<int64_t>(pr.entries.size()) * pr.kv_heads, nthreads, store);
+    return;
+  }
   Schedule& s = schedule_for(pr, table);
+  auto early_store = [&](int64_t i, int) {
+    const int64_t pair = s.early_stores[static_cast<size_t>(i)];
+    pr.store(pr.store_ctx, static_cast<size_t>(pair / pr.kv_heads), pair % pr.kv_heads);
+  };
+  parallel::parallel_for(static_cast<int64_t>(s.early_stores.size()), nthreads, early_store);
   const int64_t items = s.first_item.back();
   if (items == 0) return;
   float* partial = s.partial_floats ? lease.get(detail::Slot::split_partials) : nullptr;
@@ -165,6 +202,25 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
   const int64_t Dv = pr.value_dim;
   const size_t kv_elem = static_cast<size_t>(kernels::kv_type_bytes(pr.kv_type));
   const int64_t q_elem = kernels::kv_type_bytes(pr.q_type), o_elem = kernels::kv_type_bytes(pr.o_type);
+
+  // Merges the split-K partial states of entry b's kv head hkv, in key-range order (the same bits
+  // whichever thread runs it).
+  auto merge = [&](size_t b, int64_t hkv) {
+    const plan::AttentionPlan& p = s.plans[b];
+    const BatchEntry& e = pr.entries[b];
+    kernels::SplitMergeArgs a;
+    a.partial = partial + s.partial_at[b] +
+                static_cast<size_t>(hkv * p.key_splits * kernels::split_state_floats(p.group_rows, Dv));
+    a.splits = p.key_splits;
+    a.rows = p.group_rows;
+    a.value_dim = Dv;
+    a.group = p.group;
+    a.o = static_cast<char*>(e.o) + hkv * p.group * pr.o_head_stride * o_elem;
+    a.o_type = pr.o_type;
+    a.o_head_stride = pr.o_head_stride;
+    a.o_row_stride = pr.o_row_stride;
+    kernels::merge_key_splits(a);
+  };
 
   // Items entry by entry in schedule order; within an entry head-major, heaviest row block first
   // (causal rows late in the sequence see more keys), so both threads walk the same head's K/V
@@ -255,35 +311,15 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
       w.partial_acc = base;
       w.partial_ml = base + p.group_rows * Dv;
     }
-    if (w.row_count <= 0) return;
-    p.flash_for(w.row_count)(w, scratch + static_cast<size_t>(thread) * s.stride);
+    if (s.store_split[b] == split) pr.store(pr.store_ctx, b, hkv);
+    if (w.row_count > 0) p.flash_for(w.row_count)(w, scratch + static_cast<size_t>(thread) * s.stride);
+    // The last of a split head's key ranges to finish merges them, while the other thread streams
+    // (no second parallel region). acq_rel: it sees every range's partial state.
+    if (p.key_splits > 1 && std::atomic_ref<int32_t>(s.splits_done[static_cast<size_t>(s.pair_at[b] + hkv)])
+                                    .fetch_add(1, std::memory_order_acq_rel) == p.key_splits - 1)
+      merge(b, hkv);
   };
   parallel::parallel_for(items, nthreads, run_item);
-  if (!partial) return;
-
-  // Merge the split-K partial states of each (entry, kv head) that was split.
-  auto merge = [&](int64_t pair, int) {
-    const size_t at =
-        static_cast<size_t>(std::upper_bound(s.first_pair.begin(), s.first_pair.end(), pair) - s.first_pair.begin()) -
-        1;
-    const size_t b = s.split_entries[at];
-    const plan::AttentionPlan& p = s.plans[b];
-    const BatchEntry& e = pr.entries[b];
-    const int64_t hkv = pair - s.first_pair[at];
-    kernels::SplitMergeArgs a;
-    a.partial = partial + s.partial_at[b] +
-                static_cast<size_t>(hkv * p.key_splits * kernels::split_state_floats(p.group_rows, Dv));
-    a.splits = p.key_splits;
-    a.rows = p.group_rows;
-    a.value_dim = Dv;
-    a.group = p.group;
-    a.o = static_cast<char*>(e.o) + hkv * p.group * pr.o_head_stride * o_elem;
-    a.o_type = pr.o_type;
-    a.o_head_stride = pr.o_head_stride;
-    a.o_row_stride = pr.o_row_stride;
-    kernels::merge_key_splits(a);
-  };
-  parallel::parallel_for(s.first_pair.back(), nthreads, merge);
 }
 
 }  // namespace attend::exec

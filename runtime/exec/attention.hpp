@@ -26,6 +26,8 @@ struct BatchEntry {
   int64_t num_queries;  // Nq of this entry
   int64_t num_keys;     // Nk of this entry (causal alignment is bottom-right against it unless top_left)
   int64_t valid_keys;   // keys >= valid_keys are masked (<= num_keys)
+  // Its last new_keys keys are this call's, stored by Problem::store before any item reads them.
+  int64_t new_keys = 0;
   // A tree chunk (kernels::FlashWork::tree, tree_words, tree_depth), or null.
   const uint64_t* tree = nullptr;
   int64_t tree_words = 0;
@@ -60,6 +62,14 @@ struct Problem {
   /// result does not depend on the other entries (batch invariance).
   bool plan_each_entry = false;
   std::vector<BatchEntry> entries;
+  /// The caches' append, when the call brings new K/V: store(store_ctx, entry, kv_head) writes
+  /// one kv head of the entry's new_keys last keys into its storage. run_attention calls it once per
+  /// (entry with new keys, kv head), before any item reads those keys: for a decode-shaped entry
+  /// (one row block) whose new keys fall in one key range, inside the item of that range, so the
+  /// stores are spread over the threads and overlap the others' streaming; for the rest, on all
+  /// threads before the items start. It must not throw.
+  void (*store)(const void* ctx, size_t entry, int64_t kv_head) = nullptr;
+  const void* store_ctx = nullptr;
 };
 
 /// Adds to `needs` the workspace run_attention takes for a uniform batch of these sizes on
@@ -70,9 +80,9 @@ void add_attention_needs(const kernels::KernelTable& table, int64_t batch, int64
 /// The same for a built problem (entries' shapes and plan_each_entry are what count).
 void add_attention_needs(const kernels::KernelTable& table, const Problem& p, int threads, detail::Needs& needs);
 
-/// Computes every output row of `p` with `table`'s kernels on lease.threads() threads, with the
-/// lease's workspace (reserved with at least add_attention_needs). Deterministic for any thread
-/// count; with plan_each_entry, an entry's bits do not depend on the other entries either.
+/// Stores every entry's new keys (Problem::store) and computes every output row of `p` with `table`'s kernels on
+/// lease.threads() threads, with the lease's workspace (reserved with at least add_attention_needs). Deterministic for
+/// any thread count; with plan_each_entry, an entry's bits do not depend on the other entries either.
 void run_attention(const Problem& p, const kernels::KernelTable& table, const detail::Lease& lease);
 
 }  // namespace attend::exec

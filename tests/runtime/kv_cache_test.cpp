@@ -2,7 +2,9 @@
 // cache's contents as stored (widened from bf16/f16 exactly), so the only error measured is the
 // kernel's own. Covers the narrow decode path (N = 1, D a multiple of the vector width), the wide
 // path (N = 9, and D = 40 whose rows need padding), split-K (1500 cached keys) and sliding windows
-// that start inside a block of the cache's blocked K layout.
+// that start inside a block of the cache's blocked K layout. Decode's new K/V are stored by the item
+// of the key range that holds them (exec::Problem::store): two new tokens inside one range (1500
+// cached) and across two (1535 cached: ranges of 768 keys), which are stored before the items.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -48,8 +50,9 @@ TEST_P(CachedAttention, MatchesReferenceOverStoredValues) {
   // grouping) on every ISA.
   for (int64_t Hq : {2, 4, 8, 16})
     for (int64_t D : {64, 40})
-      for (auto [prefix, N, window] : {Case{0, 9, 0}, Case{30, 1, 0}, Case{1500, 1, 0}, Case{100, 9, 0},
-                                       Case{30, 1, 21}, Case{1500, 1, 300}, Case{100, 9, 37}}) {
+      for (auto [prefix, N, window] :
+           {Case{0, 9, 0}, Case{30, 1, 0}, Case{1500, 1, 0}, Case{100, 9, 0}, Case{30, 1, 21}, Case{1500, 1, 300},
+            Case{100, 9, 37}, Case{1500, 2, 0}, Case{1535, 2, 0}}) {
         SCOPED_TRACE("Hq=" + std::to_string(Hq) + " D=" + std::to_string(D) + " prefix=" + std::to_string(prefix) +
                      " N=" + std::to_string(N) + " window=" + std::to_string(window));
         const int64_t B = 2, Hkv = 2, total = prefix + N;
