@@ -508,6 +508,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("onednn_version", attend::onednn_version());
   benchmark::AddCustomContext("onednn_isa", attend::onednn_isa());
   benchmark::AddCustomContext("threads", std::to_string(threads));
+  benchmark::AddCustomContext("flush_mib", std::to_string(attend::bench::flush_mib()));
   benchmark::AddCustomContext("fma_peak_gflops", std::to_string(peak));
   const double bf16_peak = measure_bf16_peak_gflops(threads);
   benchmark::AddCustomContext("bf16_dot_peak_gflops", std::to_string(bf16_peak));

@@ -6,12 +6,37 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 namespace attend::bench {
 
+size_t flush_mib() {
+  static const size_t mib = [] {
+    const char* e = std::getenv("ATTEND_BENCH_FLUSH_MIB");
+    if (!e || !*e) return kDefaultFlushMiB;
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (*end != '\0' || v < 1 || v > (1L << 20)) {
+      std::fprintf(stderr,
+                   "attend-bench: ATTEND_BENCH_FLUSH_MIB must be a whole number of MiB in [1, 2^20], got '%s'\n", e);
+      std::exit(2);
+    }
+    return static_cast<size_t>(v);
+  }();
+  return mib;
+}
+
+namespace {
+std::vector<float>& flush_buffer() {
+  static std::vector<float> buffer(flush_mib() << 18);
+  return buffer;
+}
+}  // namespace
+
 void flush_last_level_cache() {
-  static std::vector<float> buffer(size_t{128} << 18);  // 128 MiB
+  std::vector<float>& buffer = flush_buffer();
   static float value = 0.0f;
   value += 1.0f;
   const int64_t n = static_cast<int64_t>(buffer.size());
@@ -21,7 +46,7 @@ void flush_last_level_cache() {
 }
 
 void flush_last_level_cache_part(int part, int parts) {
-  static std::vector<float> buffer(size_t{128} << 18);  // 128 MiB, as flush_last_level_cache
+  std::vector<float>& buffer = flush_buffer();
   const int64_t n = static_cast<int64_t>(buffer.size()), lo = n * part / parts / 16 * 16, hi = n * (part + 1) / parts;
   float* p = buffer.data();
   for (int64_t i = lo; i < hi; i += 16) p[i] += 1.0f;  // one write per cache line

@@ -7,8 +7,18 @@
 
 namespace attend::bench {
 
-/// Writes a 128 MiB buffer so the last-level cache holds none of the benchmark's data (what a
-/// multi-layer decode sees: every layer's K/V comes from DRAM).
+/// The flush's size when ATTEND_BENCH_FLUSH_MIB is not set: 4× a 32 MiB L3. A machine with more
+/// cache (a 3D V-Cache part) needs more. On the 2-core EPYC VMs this project runs on (sysfs: a
+/// 32 MiB L3) data re-read after 128–384 MiB of other traffic still came at 58–75 GB/s, against 36
+/// from DRAM after 512 MiB or more; yet a 512 MiB flush moved no decode share beyond the machine's
+/// swings and doubled the bench's time (docs/performance.md, session 28).
+constexpr size_t kDefaultFlushMiB = 128;
+/// The flush's size in MiB: ATTEND_BENCH_FLUSH_MIB (a whole number ≥ 1; a bad value exits with a
+/// message), else kDefaultFlushMiB.
+size_t flush_mib();
+
+/// Writes a line of every 64 bytes of a flush_mib() buffer so the caches hold none of the
+/// benchmark's data (what a multi-layer decode sees: every layer's K/V comes from DRAM).
 void flush_last_level_cache();
 /// Part `part` of `parts` of the same flush, on the calling thread alone (no OpenMP region: for
 /// threads of the caller's own that must not wake OpenMP's spinning workers).
