@@ -116,8 +116,8 @@ ATTEND_INTERNAL void add_attention_needs(const kernels::KernelTable& table, int6
 ATTEND_INTERNAL void add_needs(const kernels::KernelTable& table, const Checked& checked, int threads, Needs& needs);
 
 /// Runs a validated call with an already reserved lease: appends the new K/V (cache calls; a
-/// decode step's in the items that read them, exec::Problem::store) and attends. If attending throws, the cache's
-/// lengths are restored (all or nothing).
+/// decode step's in the items that read them, exec::Problem::store) and attends. If attending
+/// throws, the cache's lengths are restored (all or nothing).
 ATTEND_INTERNAL void execute(const AttentionCall& call, const Checked& checked, const kernels::KernelTable& table,
                              const Lease& lease);
 
