@@ -17,7 +17,8 @@ namespace attend {
 
 namespace detail {
 class PagedStep;
-}
+struct PagedKVCacheAccess;
+}  // namespace detail
 
 struct PagedKVCacheConfig {
   int64_t kv_heads = 0, head_dim = 0;  ///< of the layer (> 0)
@@ -119,6 +120,7 @@ class ATTEND_API PagedKVCache {
 
  private:
   friend class detail::PagedStep;
+  friend struct detail::PagedKVCacheAccess;
 
  public:
   struct Impl;  // (opaque)

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../runtime/api/paged_kv_cache_access.hpp"
 #include "../reference/reference_attention.hpp"
 #include "../test_tensors.hpp"
 #include "cache_test_params.hpp"
@@ -414,6 +415,45 @@ TEST(PagedKVCache, HoldsCeilTokensOverBlockTokensAndTruncates) {
   cache.truncate(s, 0);
   EXPECT_EQ(cache.blocks(s), 0);
   EXPECT_EQ(cache.free_blocks(), 100);
+}
+
+// New blocks follow the sequence's last block when it is free, else come as the pool's lowest run of
+// adjacent blocks: a prompt chunk in a pool fragmented by sequences growing side by side is still
+// read as one run. The free list stays sorted through releases and truncations.
+TEST(PagedKVCache, NewBlocksFollowTheSequenceOrComeAsOneRun) {
+  using detail::PagedKVCacheAccess;
+  PagedKVCache cache({1, 16, 32, 16, DType::f32});
+  History hist{1, 16, DType::f32, {}, {}};
+  std::mt19937 rng(5);
+  const int64_t a = cache.create_sequence(), b = cache.create_sequence();
+  for (int round = 0; round < 4; ++round) {  // a: blocks 0, 2, 4, 6; b: 1, 3, 5, 7
+    append_random(cache, hist, rng, a, 16);
+    append_random(cache, hist, rng, b, 16);
+  }
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, a), (std::vector<int32_t>{0, 2, 4, 6}));
+  cache.release(a);  // free: 0, 2, 4, 6, 8–31
+  const int64_t c = cache.create_sequence();
+  append_random(cache, hist, rng, c, 50);  // 4 blocks at once: the lowest run of four
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, c), (std::vector<int32_t>{8, 9, 10, 11}));
+  append_random(cache, hist, rng, c, 30);  // 12 is free: it follows 11
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, c), (std::vector<int32_t>{8, 9, 10, 11, 12}));
+  const int64_t d = cache.create_sequence();
+  append_random(cache, hist, rng, d, 1);  // one block: the lowest
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, d), (std::vector<int32_t>{0}));
+  cache.release(b);  // 1 comes free, after d's 0
+  append_random(cache, hist, rng, d, 16);
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, d), (std::vector<int32_t>{0, 1}));
+  cache.truncate(c, 16);  // 9–12 back
+  // Everything free, taken in one call: ascending, whatever order it was freed in.
+  const int64_t e = cache.create_sequence();
+  const int64_t rest = cache.free_blocks();
+  append_random(cache, hist, rng, e, rest * 16);
+  const std::vector<int32_t> table = PagedKVCacheAccess::block_table(cache, e);
+  ASSERT_EQ(static_cast<int64_t>(table.size()), rest);
+  EXPECT_TRUE(std::is_sorted(table.begin(), table.end()));
+  EXPECT_EQ(std::adjacent_find(table.begin(), table.end()), table.end());
+  EXPECT_EQ(cache.free_blocks(), 0);
+  EXPECT_THROW(PagedKVCacheAccess::block_table(cache, 99), Error);
 }
 
 // A fixture for rejections: lengths, block ownership, the pool and the output must be unchanged.

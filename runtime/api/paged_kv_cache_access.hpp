@@ -1,0 +1,17 @@
+// A view of a PagedKVCache's block tables (runtime-internal; the tests check where blocks go).
+#pragma once
+
+#include <attend/paged_kv_cache.hpp>
+#include <cstdint>
+#include <vector>
+
+#include "../context/internal_api.hpp"
+
+namespace attend::detail {
+
+struct ATTEND_INTERNAL PagedKVCacheAccess {
+  /// The pool blocks `seq` holds, in token order (throws attend::Error for an unknown id).
+  static std::vector<int32_t> block_table(const PagedKVCache& c, int64_t seq);
+};
+
+}  // namespace attend::detail
