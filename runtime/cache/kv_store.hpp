@@ -76,6 +76,7 @@ class ATTEND_INTERNAL KvStore {
   kernels::KvType kv_type_ = kernels::KvType::f32;
   int64_t kv_heads_ = 0, head_dim_ = 0, value_dim_ = 0, page_tokens_ = 0, pages_ = 0;
   size_t element_bytes_ = 4, k_bytes_ = 0, v_bytes_ = 0, scale_bytes_ = 0;
+  size_t mapped_ = 0;              // the mapping's length (bytes() rounded to whole 2 MiB pages from 2 MiB on)
   unsigned char* keys_ = nullptr;  // one mapping: K pages, V pages, then (i8) K scales, V scales
   unsigned char* values_ = nullptr;
   float* k_scales_ = nullptr;

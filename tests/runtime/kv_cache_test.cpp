@@ -15,6 +15,7 @@
 #include <random>
 #include <vector>
 
+#include "../../runtime/api/kv_cache_access.hpp"
 #include "../reference/reference_attention.hpp"
 #include "../test_tensors.hpp"
 #include "cache_test_params.hpp"
@@ -266,6 +267,25 @@ TEST(I8Quantisation, MemoryIsAQuarterPlusScales) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryIsaAndType, CachedAttention, ::testing::ValuesIn(isa_dtype_params()), isa_dtype_name);
+
+// A pool of 2 MiB or more starts on a 2 MiB page (so transparent huge pages can back all of it)
+// and still works when moved, appended to and read; a smaller one needs no alignment.
+TEST(CacheStorage, LargePoolsStartOnA2MiBPage) {
+  for (DType dt : {DType::i8, DType::f32}) {
+    KVCache big({8, 128, 1, 4097, dt});  // i8: 8.7 MB, f32: 34 MB, neither a multiple of 2 MiB
+    const auto base = reinterpret_cast<uintptr_t>(detail::KVCacheAccess::keys(big, 0));
+    EXPECT_EQ(base % (uintptr_t{2} << 20), 0u);
+    std::mt19937 rng(3);
+    const int64_t n = 4097;
+    std::vector<float> k(static_cast<size_t>(8 * n * 128)), v(k.size());
+    for (float& x : k) x = std::normal_distribution<float>()(rng);
+    for (float& x : v) x = std::normal_distribution<float>()(rng);
+    big.append(0, TensorView::dense(k.data(), {1, 8, n, 128}), TensorView::dense(v.data(), {1, 8, n, 128}));
+    KVCache moved = std::move(big);  // the mapping moves with it (freed once, by `moved`)
+    EXPECT_EQ(moved.length(0), n);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(detail::KVCacheAccess::keys(moved, 0)), base);
+  }
+}
 
 TEST(Conversions, RoundToNearestEvenAndSpecials) {
   // bf16 and f16 against their definitions on values chosen at rounding boundaries.
