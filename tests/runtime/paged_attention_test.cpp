@@ -456,6 +456,37 @@ TEST(PagedKVCache, NewBlocksFollowTheSequenceOrComeAsOneRun) {
   EXPECT_THROW(PagedKVCacheAccess::block_table(cache, 99), Error);
 }
 
+// The free blocks' search across the bitmap's 64-block words: isolated free blocks are passed
+// over for a run, a run may straddle two words, and a call that finds no run of what it needs takes
+// the lowest stretch first.
+TEST(PagedKVCache, FreeRunsAcrossWordsAndIsolatedBlocks) {
+  using detail::PagedKVCacheAccess;
+  PagedKVCache cache({1, 16, 200, 16, DType::f32});
+  History hist{1, 16, DType::f32, {}, {}};
+  std::mt19937 rng(6);
+  std::vector<int64_t> one(200);
+  for (int64_t b = 0; b < 200; ++b) {  // sequence b holds block b
+    one[static_cast<size_t>(b)] = cache.create_sequence();
+    append_random(cache, hist, rng, one[static_cast<size_t>(b)], 16);
+    ASSERT_EQ(PagedKVCacheAccess::block_table(cache, one[static_cast<size_t>(b)]), std::vector<int32_t>{int32_t(b)});
+  }
+  std::vector<int64_t> freed = {10, 12, 14, 63, 64, 65, 66, 199};
+  for (int64_t b = 130; b < 140; ++b) freed.push_back(b);
+  for (int64_t b : freed) cache.release(one[static_cast<size_t>(b)]);
+  auto taken = [&](int64_t tokens) {
+    const int64_t s = cache.create_sequence();
+    append_random(cache, hist, rng, s, tokens);
+    return PagedKVCacheAccess::block_table(cache, s);
+  };
+  EXPECT_EQ(taken(64), (std::vector<int32_t>{63, 64, 65, 66}));  // from word 0's top bit into word 1
+  EXPECT_EQ(taken(48), (std::vector<int32_t>{130, 131, 132}));
+  EXPECT_EQ(taken(1), (std::vector<int32_t>{10}));
+  EXPECT_EQ(taken(128), (std::vector<int32_t>{12, 133, 134, 135, 136, 137, 138, 139}));  // no run of 8
+  EXPECT_EQ(cache.free_blocks(), 2);
+  EXPECT_EQ(taken(32), (std::vector<int32_t>{14, 199}));
+  EXPECT_EQ(cache.free_blocks(), 0);
+}
+
 // A fixture for rejections: lengths, block ownership, the pool and the output must be unchanged.
 struct State {
   std::vector<int64_t> lengths, blocks;
