@@ -507,6 +507,7 @@ void PagedStep::add_needs(const kernels::KernelTable& table, int64_t q_heads, in
   p.kv_heads = cfg.kv_heads;
   p.head_dim = cfg.head_dim;
   p.value_dim = cache_.impl_->config.value_dim;
+  p.kv_type = cache_.impl_->store.kv_type();  // (the plans depend on it: an i8 cache's ranges are longer)
   p.plan_each_entry = true;
   p.entries.resize(chunks_.size());
   for (size_t i = 0; i < chunks_.size(); ++i) {

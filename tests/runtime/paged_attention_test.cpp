@@ -487,6 +487,37 @@ TEST(PagedKVCache, FreeRunsAcrossWordsAndIsolatedBlocks) {
   EXPECT_EQ(cache.free_blocks(), 0);
 }
 
+// A call reserves its workspace for its own cache's storage type, whatever cache the thread served
+// before: the per-thread step scratch kept the last call's type, so an f32 call after an i8 one
+// planned its reservation with the i8 cache's longer key ranges and reserved no split-K states for
+// the ranges f32 splits into (written past the reservation).
+TEST(PagedAttentionMemory, ReservationFollowsThisCallsStorageType) {
+  const int64_t Hq = 4, Hkv = 2, D = 64, cached = 2047;  // f32: split into ranges; i8: one range
+  auto decode_step = [&](DType dtype, Context* context) {
+    PagedKVCache cache({Hkv, D, 80, 32, dtype});
+    History hist{Hkv, D, dtype, {}, {}};
+    std::mt19937 rng(9);
+    const int64_t s = cache.create_sequence();
+    append_random(cache, hist, rng, s, cached);
+    Packed p(rng, 1, Hq, Hkv, D);
+    SdpaOptions opt;
+    opt.context = context;
+    opt.num_threads = 2;
+    const std::vector<SequenceChunk> chunk = {{s, 1}};
+    paged_attention(p.qv(), p.kv(), p.vv(), cache, chunk, p.ov(), opt);
+    record_call(hist, p, chunk);
+    return close_to(chunk_rows(p, 0, 1), reference_chunk(hist, p, s, 0, 1, 0), 1e-2);
+  };
+  Context first, after_i8;
+  bool fresh_ok = false;
+  std::thread([&] { fresh_ok = decode_step(DType::f32, &first); }).join();  // a thread with no history
+  EXPECT_TRUE(fresh_ok);
+  EXPECT_TRUE(decode_step(DType::i8, nullptr));
+  EXPECT_TRUE(decode_step(DType::f32, &after_i8));
+  EXPECT_GT(first.peak_workspace_bytes(), 0u);
+  EXPECT_EQ(after_i8.peak_workspace_bytes(), first.peak_workspace_bytes());
+}
+
 // A fixture for rejections: lengths, block ownership, the pool and the output must be unchanged.
 struct State {
   std::vector<int64_t> lengths, blocks;
