@@ -107,7 +107,7 @@ Schedule& schedule_for(const Problem& pr, const kernels::KernelTable& table) {
   } else {
     for (size_t i = 0; i < n; ++i)
       s.plans[i] = plan::make_plan(table, 1, pr.q_heads, pr.kv_heads, pr.entries[i].num_queries, pr.entries[i].num_keys,
-                                   pr.head_dim, pr.value_dim, pr.kv_type);
+                                   pr.head_dim, pr.value_dim, pr.kv_type, /*per_entry=*/true);
   }
   for (size_t i = 0; i < n; ++i) s.order[i] = i;
   if (pr.plan_each_entry) {

@@ -19,9 +19,20 @@ constexpr int64_t kDecodeTargetItems = 32;
 // (docs/performance.md, session 24). Longer contexts still split (8192 keys: 2 ranges).
 constexpr int64_t min_split_keys(kernels::KvType kv_type) { return kv_type == kernels::KvType::i8 ? 4096 : 512; }
 
+// An entry planned on its own (the paged path: its split may depend only on its own shape, for
+// batch invariance) aims at kDecodeTargetItems by itself, so a batch of n entries makes up to
+// n × 32 items. A continuous batch has many entries: ranges of 512 keys then only add fixed costs
+// (a range restarts its K and V streams and adds a partial state and a merge; 2–3 µs an item). So
+// such an entry splits no range shorter than 2048 keys (f32/bf16/f16; i8 keeps 4096). Zen 4,
+// 2 threads, LLC flushed, share of a paired plain read: D3's shape through the paged cache
+// 88 → 91.5% (the slot cache, planned as one batch: ~92%), 32 sequences of 1024 keys 88.5 → 92.1%
+// and 91.4 → 96.3%; one sequence of 4096 keys (2 ranges instead of 4) unchanged
+// (docs/performance.md, session 30).
+constexpr int64_t min_entry_split_keys(kernels::KvType kv_type) { return kv_type == kernels::KvType::i8 ? 4096 : 2048; }
+
 AttentionPlan make_plan(const kernels::KernelTable& table, int64_t batch, int64_t q_heads, int64_t kv_heads,
                         int64_t num_queries, int64_t num_keys, int64_t head_dim, int64_t value_dim,
-                        kernels::KvType kv_type) {
+                        kernels::KvType kv_type, bool per_entry) {
   AttentionPlan p;
   p.table = &table;
   p.batch = batch;
@@ -37,8 +48,8 @@ AttentionPlan make_plan(const kernels::KernelTable& table, int64_t batch, int64_
   p.block_rows = p.group_rows <= g.narrow_max_rows ? p.group_rows : g.block_rows;
   if (p.block_rows == 0) p.block_rows = 1;
   p.row_blocks = parallel::row_blocks(p.group_rows, p.block_rows);
-  const auto split =
-      parallel::split_keys(num_keys, p.row_blocks, batch * kv_heads, kDecodeTargetItems, min_split_keys(kv_type));
+  const int64_t min_keys = per_entry ? min_entry_split_keys(kv_type) : min_split_keys(kv_type);
+  const auto split = parallel::split_keys(num_keys, p.row_blocks, batch * kv_heads, kDecodeTargetItems, min_keys);
   p.key_splits = split.count;
   p.split_keys = split.keys;
   p.scratch_floats = table.scratch_floats(head_dim, value_dim, p.block_rows);

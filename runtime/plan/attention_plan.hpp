@@ -30,9 +30,11 @@ struct AttentionPlan {
   }
 };
 
-/// kv_type: K/V's storage (an i8 cache's key ranges are longer: attention_plan.cpp).
+/// kv_type: K/V's storage (an i8 cache's key ranges are longer: attention_plan.cpp). per_entry: the
+/// plan of one entry of a batch planned entry by entry (the paged path), whose split cannot count on
+/// the other entries for parallelism and so keeps its key ranges longer (attention_plan.cpp).
 AttentionPlan make_plan(const kernels::KernelTable& table, int64_t batch, int64_t q_heads, int64_t kv_heads,
                         int64_t num_queries, int64_t num_keys, int64_t head_dim, int64_t value_dim,
-                        kernels::KvType kv_type);
+                        kernels::KvType kv_type, bool per_entry = false);
 
 }  // namespace attend::plan

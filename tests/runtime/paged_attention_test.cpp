@@ -149,17 +149,17 @@ void mixed_chunks_match_reference(Isa isa, DType dtype, FpMath fpmath, double to
                         Shape{4, 2, 64, 16, 300}, Shape{20, 20, 16, 32, 0}}) {
     SCOPED_TRACE("Hq=" + std::to_string(s.Hq) + " Hkv=" + std::to_string(s.Hkv) + " D=" + std::to_string(s.D) +
                  " block_tokens=" + std::to_string(s.block_tokens) + " window=" + std::to_string(s.window));
-    PagedKVCache cache({s.Hkv, s.D, 400, s.block_tokens, dtype});
+    PagedKVCache cache({s.Hkv, s.D, 900, s.block_tokens, dtype});
     History hist{s.Hkv, s.D, dtype, {}, {}};
     std::mt19937 rng(static_cast<uint32_t>(s.D * 7 + s.block_tokens));
-    // Prefixes 0, 1, 17, 513 and 1500 tokens (split-K), appended in interleaved pieces next to a
-    // filler sequence that is released afterwards, so every sequence's blocks are scattered
-    // through the pool out of order.
-    const int64_t prefixes[] = {0, 1, 17, 513, 1500};
+    // Prefixes 0, 1, 17, 513 and 4200 tokens (split-K: a paged f32/16-bit entry splits from 4096
+    // keys), appended in interleaved pieces next to a filler sequence that is released afterwards,
+    // so every sequence's blocks are scattered through the pool out of order.
+    const int64_t prefixes[] = {0, 1, 17, 513, 4200};
     std::vector<int64_t> ids;
     for (size_t i = 0; i < 5; ++i) ids.push_back(cache.create_sequence());
     const int64_t filler = cache.create_sequence();
-    for (int64_t done = 0; done < 1500; done += 37)
+    for (int64_t done = 0; done < 4200; done += 37)
       for (size_t i = 0; i < 5; ++i) {
         const int64_t n = std::min<int64_t>(37, prefixes[i] - done);
         if (n > 0) append_random(cache, hist, rng, ids[i], n);
@@ -492,9 +492,9 @@ TEST(PagedKVCache, FreeRunsAcrossWordsAndIsolatedBlocks) {
 // planned its reservation with the i8 cache's longer key ranges and reserved no split-K states for
 // the ranges f32 splits into (written past the reservation).
 TEST(PagedAttentionMemory, ReservationFollowsThisCallsStorageType) {
-  const int64_t Hq = 4, Hkv = 2, D = 64, cached = 2047;  // f32: split into ranges; i8: one range
+  const int64_t Hq = 4, Hkv = 2, D = 64, cached = 4095;  // f32: split into ranges; i8: one range
   auto decode_step = [&](DType dtype, Context* context) {
-    PagedKVCache cache({Hkv, D, 80, 32, dtype});
+    PagedKVCache cache({Hkv, D, 160, 32, dtype});
     History hist{Hkv, D, dtype, {}, {}};
     std::mt19937 rng(9);
     const int64_t s = cache.create_sequence();
@@ -712,14 +712,14 @@ TEST(PagedAttentionMemory, WarmStepAllocatesNothing) {
     History hist{Hkv, D, dtype, {}, {}};
     std::mt19937 rng(12);
     const int64_t a = cache.create_sequence(), b = cache.create_sequence(), c = cache.create_sequence();
-    append_random(cache, hist, rng, a, 3000);
+    append_random(cache, hist, rng, a, 4500);  // f32/bf16: 2 key ranges
     append_random(cache, hist, rng, b, 40);
     append_random(cache, hist, rng, c, 100);
     const std::vector<SequenceChunk> step = {{a, 1}, {b, 1}, {c, 64}};
     Packed p(rng, 66, Hq, Hkv, D);
     auto run = [&] {
       paged_attention(p.qv(), p.kv(), p.vv(), cache, step, p.ov());
-      cache.truncate(a, 3000);
+      cache.truncate(a, 4500);
       cache.truncate(b, 40);
       cache.truncate(c, 100);
     };
