@@ -15,7 +15,10 @@
 // Counters: tokens_per_s (new tokens of the trace per second), pool_MiB / slots_MiB (the cache's
 // storage; slots_MiB is a slot cache with a slot per sequence sized for the longest one),
 // mem_vs_slots_pct, used_peak_MiB (blocks held at the end of the trace), mixed_ratio (paged-f32:
-// a mixed step's time over the prompt chunk alone plus the decodes alone, same state, same run).
+// a mixed step's time over the prompt chunk alone plus the decodes alone, same state, same run),
+// vs_slots_paired, prefill_vs_slots_paired, decode_vs_slots_paired (paged-f32: the slot cache's
+// trace, prompt chunks and decodes over paged's, each iteration's passes run back to back; > 1
+// means paged is faster).
 #include <attend/attend.hpp>
 #include <chrono>
 #include <cmath>
@@ -208,42 +211,6 @@ double paged_pass(PagedWorld& w, Part part, size_t* used_peak) {
   return seconds;
 }
 
-// The prompt-only and decode-only passes advance only their own sequences, so the decodes of a
-// decode-only pass see the same lengths as in the mixed pass, and the prompt chunks the same.
-void bm_paged(benchmark::State& state, DType dtype) {
-  PagedWorld& w = PagedWorld::get(dtype);
-  size_t used = 0;
-  paged_pass(w, Part::mixed, &used);  // warm-up: workspaces, first touch of the blocks
-  const bool split = dtype == DType::f32;
-  if (split) {
-    paged_pass(w, Part::prefill, nullptr);
-    paged_pass(w, Part::decode, nullptr);
-  }
-  std::vector<double> ratios, pres, decs;
-  for (auto _ : state) {
-    const double mixed = paged_pass(w, Part::mixed, &used);
-    set_iteration_time(state, mixed);
-    if (split) {
-      const double pre = paged_pass(w, Part::prefill, nullptr), dec = paged_pass(w, Part::decode, nullptr);
-      ratios.push_back(mixed / (pre + dec));
-      pres.push_back(pre);
-      decs.push_back(dec);
-    }
-  }
-  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(kSteps * (kDecoders + kChunk)),
-                                                      benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["pool_MiB"] = static_cast<double>(w.cache->memory_bytes()) / (1 << 20);
-  state.counters["used_peak_MiB"] = static_cast<double>(used) / (1 << 20);
-  state.counters["slots_MiB"] = static_cast<double>(slots_bytes(dtype)) / (1 << 20);
-  state.counters["mem_vs_slots_pct"] = 100.0 * static_cast<double>(w.cache->memory_bytes()) / slots_bytes(dtype);
-  state.counters["workspace_MiB"] = static_cast<double>(Context::default_context().peak_workspace_bytes()) / (1 << 20);
-  if (!ratios.empty()) {
-    state.counters["mixed_ratio"] = median(ratios);
-    state.counters["prefill_ms"] = 1e3 * median(pres);  // the trace's prompt chunks alone
-    state.counters["decode_ms"] = 1e3 * median(decs);   // its decodes alone
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Slots: slot i < 31 a decoder, slot 31 the current prompt, slot 32 the decode-only entries' 32nd.
 
@@ -299,6 +266,57 @@ double slots_pass(SlotWorld& w, double* parts = nullptr) {
   for (int64_t i = 0; i < kDecoders; ++i) cache.truncate(i, t.lengths[static_cast<size_t>(i)]);
   cache.reset(kDecoders);
   return seconds;
+}
+
+// The prompt-only and decode-only passes advance only their own sequences, so the decodes of a
+// decode-only pass see the same lengths as in the mixed pass, and the prompt chunks the same.
+// paged-f32 also runs the slot cache's trace in every iteration, right after its own passes: the
+// machine's memory bandwidth moves between states for seconds at a time (docs/performance.md),
+// so entries timed apart can differ by 30% on the same code; ratios of passes run back to back
+// are what compare the two caches.
+void bm_paged(benchmark::State& state, DType dtype) {
+  PagedWorld& w = PagedWorld::get(dtype);
+  size_t used = 0;
+  paged_pass(w, Part::mixed, &used);  // warm-up: workspaces, first touch of the blocks
+  const bool split = dtype == DType::f32;
+  if (split) {
+    paged_pass(w, Part::prefill, nullptr);
+    paged_pass(w, Part::decode, nullptr);
+  }
+  SlotWorld* slots = split ? &SlotWorld::get() : nullptr;
+  if (slots) slots_pass(*slots);
+  std::vector<double> ratios, pres, decs, vs_trace, vs_pre, vs_dec;
+  for (auto _ : state) {
+    const double mixed = paged_pass(w, Part::mixed, &used);
+    set_iteration_time(state, mixed);
+    if (split) {
+      const double pre = paged_pass(w, Part::prefill, nullptr), dec = paged_pass(w, Part::decode, nullptr);
+      ratios.push_back(mixed / (pre + dec));
+      pres.push_back(pre);
+      decs.push_back(dec);
+      double parts[2] = {0.0, 0.0};
+      const double slot = slots_pass(*slots, parts);
+      vs_trace.push_back(slot / mixed);
+      vs_pre.push_back(parts[0] / pre);
+      vs_dec.push_back(parts[1] / dec);
+    }
+  }
+  state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(kSteps * (kDecoders + kChunk)),
+                                                      benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["pool_MiB"] = static_cast<double>(w.cache->memory_bytes()) / (1 << 20);
+  state.counters["used_peak_MiB"] = static_cast<double>(used) / (1 << 20);
+  state.counters["slots_MiB"] = static_cast<double>(slots_bytes(dtype)) / (1 << 20);
+  state.counters["mem_vs_slots_pct"] = 100.0 * static_cast<double>(w.cache->memory_bytes()) / slots_bytes(dtype);
+  state.counters["workspace_MiB"] = static_cast<double>(Context::default_context().peak_workspace_bytes()) / (1 << 20);
+  if (!ratios.empty()) {
+    state.counters["mixed_ratio"] = median(ratios);
+    state.counters["prefill_ms"] = 1e3 * median(pres);  // the trace's prompt chunks alone
+    state.counters["decode_ms"] = 1e3 * median(decs);   // its decodes alone
+    // The slot cache's time over paged's, per iteration, back to back (> 1: paged is faster).
+    state.counters["vs_slots_paired"] = median(vs_trace);
+    state.counters["prefill_vs_slots_paired"] = median(vs_pre);
+    state.counters["decode_vs_slots_paired"] = median(vs_dec);
+  }
 }
 
 void bm_slots(benchmark::State& state) {
@@ -523,6 +541,12 @@ void print_serve_summary(const SummaryReporter& rep, FILE* out) {
                  "(%.1f%% of %.0f MiB for slots sized for the longest), %.0f MiB held at the trace's end\n",
                  paged->counter("mixed_ratio"), paged->counter("pool_MiB"), paged->counter("mem_vs_slots_pct"),
                  paged->counter("slots_MiB"), paged->counter("used_peak_MiB"));
+  if (paged->counter("vs_slots_paired") > 0)
+    std::fprintf(out,
+                 "paged-f32 against slots-f32 run back to back in each iteration (slots time / paged time, median; "
+                 "robust to the machine's bandwidth states): trace %.3fx, prompt chunks %.3fx, decodes %.3fx\n",
+                 paged->counter("vs_slots_paired"), paged->counter("prefill_vs_slots_paired"),
+                 paged->counter("decode_vs_slots_paired"));
   if (pd && sd && sd->stream_pct > 0) {
     // Bandwidth relative to the slot cache from the paired figures (each entry's share of a plain read
     // timed right after it), which hold when the machine's bandwidth moves between entries.
