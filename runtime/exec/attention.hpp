@@ -59,7 +59,8 @@ struct Problem {
   /// How work is split. false (sdpa, the slot cache): the batch is planned as one — every entry
   /// gets the plan of the longest, with split-K sized for the whole batch; entries have one
   /// num_queries. true (paged calls): each entry is planned from its own shape alone, so its
-  /// result does not depend on the other entries (batch invariance).
+  /// result does not depend on the other entries (batch invariance), with split-K's longer
+  /// per-entry ranges (plan::make_plan's per_entry).
   bool plan_each_entry = false;
   std::vector<BatchEntry> entries;
   /// The caches' append, when the call brings new K/V: store(store_ctx, entry, kv_head) writes
