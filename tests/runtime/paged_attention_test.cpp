@@ -240,8 +240,9 @@ INSTANTIATE_TEST_SUITE_P(EveryIsaAndType, PagedAttention, ::testing::ValuesIn(is
 // threads. Each configuration runs on forks of the same base sequences (identical contents, other
 // blocks), so every run starts from the same state.
 TEST(PagedAttentionInvariance, ChunkBitsIndependentOfBatchAndThreads) {
-  // A long decode: split-K sized for the batch (32 items in all) would give it 16 key ranges alone
-  // and 11 in a batch of three; planned by its own shape it gets 16 in both.
+  // A long decode (12,000 keys, 8 kv heads): split-K sized for the batch (32 items in all) would
+  // give it 4 key ranges alone and 2 in a batch of three; planned by its own shape it gets 4 in
+  // both.
   constexpr int64_t Hq = 16, Hkv = 8, D = 64;
   for (Isa isa : supported_isas()) {
     SCOPED_TRACE(isa_name(isa));
