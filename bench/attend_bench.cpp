@@ -193,8 +193,9 @@ void bm_attend(benchmark::State& state, const NamedShape* ns) {
       (1 << 20);
 }
 
-// f32 in and out, FpMath::bf16 (vdpbf16ps on avx512_bf16); prefill shapes. peak_pct is the share of
-// the vdpbf16ps probe run after each call. Checked once per shape against the sampled reference
+// f32 in and out, FpMath::bf16 (vdpbf16ps on avx512_bf16 where it outruns the FMAs); prefill shapes.
+// peak_pct is the share of the vdpbf16ps probe run after each call (the FMA probe where
+// FpMath::bf16 runs the f32 kernels: attend::bf16_math_native()). Checked once per shape against the sampled reference
 // with the documented bf16-math bound (1e-2 of the output's scale).
 void bm_attend_bf16math(benchmark::State& state, const NamedShape* ns) {
   Workload& w = workload(*ns);
@@ -205,7 +206,7 @@ void bm_attend_bf16math(benchmark::State& state, const NamedShape* ns) {
     return state.SkipWithError(("attend fpmath=bf16 differs from the reference by " + std::to_string(e)).c_str());
   timed_loop_vs_peak(
       state, flops(s), [&] { run_attend(s, w.q.data(), w.k.data(), w.v.data(), w.o.data(), FpMath::bf16); },
-      has_bf16_dot());
+      attend::bf16_math_native());
   set_counters(state, s, io_bytes(s));
 }
 
@@ -249,7 +250,7 @@ void bm_attend_bf16io(benchmark::State& state, const NamedShape* ns) {
         state, [] {}, run, [&] { sink += read_kv(w.k, w.v, 2); });
     benchmark::DoNotOptimize(sink);
   } else {
-    timed_loop_vs_peak(state, flops(s), run, has_bf16_dot());
+    timed_loop_vs_peak(state, flops(s), run, attend::bf16_math_native());
   }
   set_counters(state, s, io_bytes(s) / 2);
 }
@@ -402,8 +403,11 @@ void print_bf16math_summary(const SummaryReporter& rep, double bf16_peak, FILE* 
       "%%bf16pk* of a ~3 ms vdpbf16ps probe run right after each call, median of the per-call ratios; dnnbf16 = "
       "oneDNN's baseline with bf16 matmuls (Q, K, V, P reordered to bf16, timed), vs dnn its time over "
       "attend's; dnn%%pk* its share of the vdpbf16ps probe; bf16io = sdpa/attend-bf16io: bf16 q, k, v and o, "
-      "fpmath=bf16, io/f32 = sdpa/attend time over its time, io%%pk* its paired share of the vdpbf16ps probe)\n",
-      bf16_peak);
+      "fpmath=bf16, io/f32 = sdpa/attend time over its time, io%%pk* its paired share of the vdpbf16ps probe)\n%s",
+      bf16_peak,
+      attend::bf16_math_native()
+          ? ""
+          : "(fpmath=bf16 runs the f32 kernels on this CPU (attend-info): %bf16pk* and io%pk* are of the FMA probe)\n");
 }
 
 void print_terms_summary(const SummaryReporter& rep, FILE* out) {
@@ -512,7 +516,9 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("fma_peak_gflops", std::to_string(peak));
   const double bf16_peak = measure_bf16_peak_gflops(threads);
   benchmark::AddCustomContext("bf16_dot_peak_gflops", std::to_string(bf16_peak));
-  benchmark::AddCustomContext("fpmath_bf16", attend::bf16_math_native() ? "vdpbf16ps" : "f32");
+  benchmark::AddCustomContext("fpmath_bf16", attend::bf16_math_amx()      ? "amx"
+                                             : attend::bf16_math_native() ? "vdpbf16ps"
+                                                                          : "f32");
   // What the cache/ and layer/ entries store and read, so collected results say it themselves.
   benchmark::AddCustomContext(
       "kv_cache_layout",

@@ -116,12 +116,15 @@ int main(int argc, char** argv) {
   }
   const std::string onednn = attend::onednn_version(), onednn_isa = attend::onednn_isa();
   // What SdpaOptions::fpmath = FpMath::bf16 runs on the active path.
+  const bool bf16_tier = active == "avx512_bf16";
   const std::string bf16_math =
-      attend::bf16_math_native() ? "vdpbf16ps (avx512_bf16)" : "f32 (no AVX512_BF16 on the active path)";
+      attend::bf16_math_amx()      ? "AMX tiles, tdpbf16ps (avx512_bf16 + AMX-BF16; ATTEND_AMX=0: off)"
+      : attend::bf16_math_native() ? "vdpbf16ps (avx512_bf16)"
+      : bf16_tier                  ? "f32 (vdpbf16ps runs at half the FMA rate here; Isa::avx512_bf16 forces it)"
+                                   : "f32 (no AVX512_BF16 on the active path)";
   // The 8-bit cache's decode of 2+ rows per kv head: integer dot products on the avx512_bf16 tier
   // (which requires AVX512_VNNI), else its codes widened to f32.
-  const std::string i8_decode =
-      attend::bf16_math_native() ? "vpdpwssd, 16-bit Q and weights (avx512_bf16)" : "f32 (codes widened)";
+  const std::string i8_decode = bf16_tier ? "vpdpwssd, 16-bit Q and weights (avx512_bf16)" : "f32 (codes widened)";
   const std::string model = attend::cpu_model();
   const attend::CpuClass cls = attend::cpu_class();
   // "Zen 4 (AuthenticAMD family 25 model 17): AVX-512 in two 256-bit halves"

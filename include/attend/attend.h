@@ -76,8 +76,8 @@ ATTEND_C_API attend_status attend_active_isa(attend_isa* isa);   /* what AUTOMAT
 ATTEND_C_API attend_status attend_isa_name(attend_isa isa, const char** name);
 ATTEND_C_API attend_status attend_isa_supported(attend_isa isa, int* supported);
 /* The machine class performance figures are quoted for (attend::cpu_class()): name "Zen 3",
- * "Zen 4", "Zen 5", … or "" when unknown; vendor the CPUID vendor string ("" off x86); family and
- * model CPUID's display values; avx512_bits 512, 256 (each 512-bit instruction in two halves) or 0. */
+ * "Zen 4", "Zen 5", "Sapphire Rapids", "Xeon with AMX", … or "" when unknown; vendor the CPUID vendor string ("" off
+ * x86); family and model CPUID's display values; avx512_bits 512, 256 (each 512-bit instruction in two halves) or 0. */
 typedef struct attend_cpu_class_info {
   char name[32];
   char vendor[16];

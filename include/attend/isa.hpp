@@ -29,8 +29,11 @@ enum class FpMath {
   /// weights rounded to 16 bits (README, Guarantees), whatever the FpMath.
   strict,
   /// Q·Kᵀ and P·V may round their operands to bf16 (round to nearest even) and accumulate in f32:
-  /// prefill-shaped work runs on vdpbf16ps, twice the f32 FMA rate. Decode-shaped work, bound by
-  /// memory, stays f32. On a path without AVX512_BF16 this is `strict` (never an error).
+  /// prefill-shaped work runs on AMX tiles where the CPU has them (bf16_math_amx()), else on
+  /// vdpbf16ps, twice the f32 FMA rate on AMD's cores. Decode-shaped work, bound by memory, stays
+  /// f32. On a path without AVX512_BF16 this is `strict` (never an error), and so it is under
+  /// Isa::automatic on Intel's cores without AMX, which issue vdpbf16ps at half their FMA rate
+  /// (bf16_math_native()); Isa::avx512_bf16, forced, runs vdpbf16ps there too.
   bf16,
 };
 
@@ -38,8 +41,17 @@ enum class FpMath {
 ATTEND_API const char* fpmath_name(FpMath m);
 
 /// Whether FpMath::bf16 runs bf16 microkernels on `isa` (Isa::automatic: the active path), rather
-/// than falling back to f32: true exactly for avx512_bf16.
+/// than falling back to f32: true for a forced Isa::avx512_bf16 the CPU supports, and for
+/// Isa::automatic where the active path is avx512_bf16 and either AMX is usable (bf16_math_amx) or
+/// vdpbf16ps outruns the f32 FMAs (AMD's Zen 4 and Zen 5; not Intel's cores, which issue it at half
+/// their FMA rate).
 ATTEND_API bool bf16_math_native(Isa isa = Isa::automatic);
+
+/// Whether FpMath::bf16 on `isa` runs its two products on AMX tiles (tdpbf16ps: Sapphire Rapids and
+/// later Xeons, where Linux granted the process the tile state), rather than on vdpbf16ps or f32.
+/// The environment variable ATTEND_AMX=0 turns AMX off (read once; a value other than 0 or 1 makes
+/// every call throw attend::Error).
+ATTEND_API bool bf16_math_amx(Isa isa = Isa::automatic);
 
 /// "generic", "avx2", "avx512", "avx512_bf16" or "automatic".
 ATTEND_API const char* isa_name(Isa isa);
@@ -66,7 +78,9 @@ ATTEND_API std::string cpu_model();
 /// runs them full width (twice that peak), and decode's arithmetic per byte hides behind memory
 /// loads on one and not the other.
 struct CpuClass {
-  std::string name;     ///< "Zen 3", "Zen 4", "Zen 5", …; empty when attend does not know the family
+  /// "Zen 3", "Zen 4", "Zen 5", "Sapphire Rapids", "Granite Rapids", "Xeon with AMX" (an AMX
+  /// Xeon whose model number a hypervisor hides), …; empty when attend does not know the family
+  std::string name;
   std::string vendor;   ///< CPUID vendor string ("AuthenticAMD", "GenuineIntel"); empty off x86
   int family = 0;       ///< CPUID display family (x86); 0 elsewhere
   int model = 0;        ///< CPUID display model (x86); 0 elsewhere

@@ -5,6 +5,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace attend::dispatch {
 namespace {
@@ -35,12 +39,23 @@ CpuFeatures detect() {
                avx512bw = (b7 >> 30) & 1;
     f.avx2_fma = avx && avx2 && fma && f16c && os_ymm;  // F16C widens f16 KV caches
     f.cpuid_avx512f = avx512f;
+    f.cpuid_amx = ((d7 >> 24) & 1) && ((d7 >> 22) & 1);
     f.avx512 = f.avx2_fma && avx512f && avx512dq && avx512cd && avx512bw && os_zmm;
     unsigned a71 = 0, b71 = 0, c71 = 0, d71 = 0;
     if (a7 >= 1 && __get_cpuid_count(7, 1, &a71, &b71, &c71, &d71))
       // CPUID.(7,1):EAX[5]; and AVX512_VNNI, CPUID.(7,0):ECX[11] (every AVX512_BF16 CPU has it: the
       // tier's 8-bit cache decode uses vpdpwssd).
       f.avx512_bf16 = f.avx512 && ((a71 >> 5) & 1) && ((c7 >> 11) & 1);
+    // AMX tile state (XCR0 bits 17, 18: XTILECFG, XTILEDATA) enabled by the OS, which on Linux also
+    // hands each process the large tile-data state only on request (arch_prctl
+    // ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, once per process; a tile instruction before it
+    // faults). Asked here, once, where AMX exists.
+    if (f.avx512_bf16 && f.cpuid_amx && (xcr0 & 0x60000) == 0x60000) {
+#if defined(__linux__) && defined(__x86_64__)
+      constexpr long kReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+      f.amx_bf16 = syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureXtiledata) == 0;
+#endif
+    }
   }
   {
     // Vendor (CPUID 0: EBX, EDX, ECX) and the display family and model (CPUID 1: EAX), as the
@@ -87,8 +102,9 @@ const CpuFeatures& cpu_features() {
   static const CpuFeatures features = [] {
     CpuFeatures f = detect();
     if (f.model.empty()) f.model = model_from_proc();
-    const CpuClassification c = classify_cpu(f.vendor, f.family, f.model_number, f.cpuid_avx512f);
+    const CpuClassification c = classify_cpu(f.vendor, f.family, f.model_number, f.cpuid_avx512f, f.cpuid_amx);
     f.class_name = c.name;
+    f.bf16_dot_fast = f.avx512_bf16 && f.vendor != "GenuineIntel";
     f.avx512_bits = c.avx512_bits;
     return f;
   }();

@@ -13,7 +13,7 @@ namespace {
 const kernels::KernelTable* compiled_table(Isa isa) {
   switch (isa) {
     case Isa::avx512: return kernels::kernel_table_avx512();
-    case Isa::avx512_bf16: return kernels::kernel_table_avx512_bf16(false);
+    case Isa::avx512_bf16: return kernels::kernel_table_avx512_bf16(kernels::Bf16Math::none);
     case Isa::avx2: return kernels::kernel_table_avx2();
     case Isa::generic: return kernels::kernel_table_generic();
     case Isa::automatic: break;
@@ -94,7 +94,34 @@ const EnvL2& env_l2() {
   return l2;
 }
 
+// ATTEND_AMX=0 keeps FpMath::bf16 off the AMX tiles (vdpbf16ps instead, where bf16 math runs);
+// unset or 1: AMX wherever it is usable. Anything else is an error for every call, like ATTEND_ISA.
+struct EnvAmx {
+  bool allowed = true;
+  std::string error;
+};
+
+const EnvAmx& env_amx() {
+  static const EnvAmx amx = [] {
+    EnvAmx e;
+    const char* env = std::getenv("ATTEND_AMX");
+    if (!env || !*env) return e;
+    const std::string v = env;
+    if (v == "0")
+      e.allowed = false;
+    else if (v != "1")
+      e.error = "ATTEND_AMX='" + v + "' is not 0 or 1";
+    return e;
+  }();
+  return amx;
+}
+
 }  // namespace
+
+bool amx_bf16_math() {
+  return cpu_features().amx_bf16 && env_amx().allowed &&
+         kernels::kernel_table_avx512_bf16(kernels::Bf16Math::amx) != nullptr;
+}
 
 int64_t decode_l2_ahead_bytes() { return env_l2().error.empty() ? env_l2().bytes : 0; }
 
@@ -122,9 +149,19 @@ const kernels::KernelTable& kernel_table_for(Isa requested, FpMath fpmath) {
     throw Error(ErrorCode::invalid_argument,
                 "fpmath " + std::to_string(static_cast<int>(fpmath)) + " is not FpMath::strict or FpMath::bf16");
   if (!env_l2().error.empty()) throw Error(ErrorCode::invalid_argument, env_l2().error);
+  if (!env_amx().error.empty()) throw Error(ErrorCode::invalid_argument, env_amx().error);
   const Isa isa = resolve(requested);
-  if (isa == Isa::avx512_bf16 && fpmath == FpMath::bf16) return *kernels::kernel_table_avx512_bf16(true);
+  if (fpmath == FpMath::bf16 && bf16_math_runs(requested, isa))
+    return *kernels::kernel_table_avx512_bf16(amx_bf16_math() ? kernels::Bf16Math::amx : kernels::Bf16Math::dot);
   return *compiled_table(isa);
+}
+
+bool bf16_math_runs(Isa requested, Isa resolved) {
+  // Isa::automatic takes the fastest: AMX tiles where usable, else the vdpbf16ps kernels where they
+  // outrun the FMAs, else f32; a forced avx512_bf16 runs bf16 math wherever the CPU has it (tests,
+  // comparisons).
+  return resolved == Isa::avx512_bf16 &&
+         (requested == Isa::avx512_bf16 || cpu_features().bf16_dot_fast || amx_bf16_math());
 }
 
 }  // namespace attend::dispatch
@@ -160,7 +197,9 @@ Isa active_isa() { return dispatch::resolve(Isa::automatic); }
 
 const char* fpmath_name(FpMath m) { return m == FpMath::bf16 ? "bf16" : "strict"; }
 
-bool bf16_math_native(Isa isa) { return dispatch::resolve(isa) == Isa::avx512_bf16; }
+bool bf16_math_native(Isa isa) { return dispatch::bf16_math_runs(isa, dispatch::resolve(isa)); }
+
+bool bf16_math_amx(Isa isa) { return bf16_math_native(isa) && dispatch::amx_bf16_math(); }
 
 std::string cpu_model() { return dispatch::cpu_features().model; }
 

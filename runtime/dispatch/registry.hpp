@@ -9,9 +9,18 @@
 namespace attend::dispatch {
 
 /// The table for `requested` (Isa::automatic → active_isa()) and `fpmath` (FpMath::bf16 selects the
-/// vdpbf16ps table on avx512_bf16 and is strict elsewhere). Throws attend::Error if the path is not
-/// compiled in or not supported by this CPU/OS.
+/// vdpbf16ps table where bf16_math_runs, and is strict elsewhere). Throws attend::Error if the path
+/// is not compiled in or not supported by this CPU/OS.
 const kernels::KernelTable& kernel_table_for(Isa requested, FpMath fpmath = FpMath::strict);
+
+/// Whether FpMath::bf16 runs the vdpbf16ps kernels for a call that asked for `requested` and
+/// resolved to `resolved`: on avx512_bf16 when forced, or automatically where vdpbf16ps outruns
+/// the f32 FMAs (CpuFeatures::bf16_dot_fast: AMD's cores, not Intel's).
+bool bf16_math_runs(Isa requested, Isa resolved);
+
+/// Whether bf16 math, where it runs, runs on AMX tiles: the CPU has AMX-BF16, the OS granted this
+/// process its tile state, the tables were compiled with it, and ATTEND_AMX is not 0.
+bool amx_bf16_math();
 
 /// The ISA a table implements.
 Isa resolve(Isa requested);

@@ -267,7 +267,7 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
       }
       w.packed_state = reinterpret_cast<int32_t*>(at);
       w.packed_k = reinterpret_cast<uint32_t*>(at + s.state_floats);
-      w.packed_v = w.packed_k + round16(e.valid_keys * kernels::packed_k_words(pr.head_dim));
+      w.packed_v = w.packed_k + kernels::packed_k_floats(e.valid_keys, pr.head_dim);
     }
     if (e.bias) {
       w.bias = e.bias + h0 * pr.bias_head_stride;

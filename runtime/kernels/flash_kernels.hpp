@@ -41,6 +41,12 @@ struct WideBf16Driver {
   static void run(const FlashWork& w, float* scratch) { flash_wide<Arch, E, true>(w, scratch); }
 };
 #endif
+#if defined(__AVX512BF16__) && defined(__AMX_TILE__) && defined(__AMX_BF16__)
+template <class Arch, class E>
+struct WideAmxDriver {
+  static void run(const FlashWork& w, float* scratch) { flash_wide<Arch, E, true, true>(w, scratch); }
+};
+#endif
 
 template <class Arch>
 size_t scratch_floats(int64_t head_dim, int64_t value_dim, int64_t rows) {
@@ -72,6 +78,16 @@ KernelTable make_table_bf16_math(const char* name) {
                      &flash_any_type<Arch, WideBf16Driver>,
                      &scratch_floats_bf16<Arch>,
                      true};
+}
+#endif
+#if defined(__AVX512BF16__) && defined(__AMX_TILE__) && defined(__AMX_BF16__)
+// The table for FpMath::bf16 on a CPU with AMX-BF16 (Sapphire Rapids and later): the bf16-math
+// table's geometry and panels, its two products on AMX tiles (flash_wide_bf16.hpp, AmxWide).
+template <class Arch>
+KernelTable make_table_amx(const char* name) {
+  KernelTable t = make_table_bf16_math<Arch>(name);
+  t.flash_wide = &flash_any_type<Arch, WideAmxDriver>;
+  return t;
 }
 #endif
 

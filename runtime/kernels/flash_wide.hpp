@@ -19,6 +19,9 @@ namespace {
 // compiled in, and only used there).
 template <class Arch, class E>
 struct Bf16Wide;
+// …and on AMX tiles (flash_wide_bf16.hpp; defined only where AMX-BF16 is compiled in).
+template <class Arch, class E>
+struct AmxWide;
 
 // Wide path: a block of up to kBlockRows query rows (twice that in the bf16-math table).
 
@@ -181,11 +184,13 @@ struct NoBf16 {
   explicit NoBf16(A&&...) {}
 };
 
-// kBf16Math: Sᵀ = K·Qᵀ and P·V round their operands to bf16 and run on vdpbf16ps (FpMath::bf16);
-// the softmax, and P·V of a tile with masked keys whose V holds a NaN or an infinity, are the f32
-// path.
-template <class Arch, class E, bool kBf16Math = false>
+// kBf16Math: Sᵀ = K·Qᵀ and P·V round their operands to bf16 and run on vdpbf16ps (FpMath::bf16),
+// or with kAmx on AMX tiles (tdpbf16ps; the output accumulator then kept transposed, Oᵀ, the tiles'
+// orientation); the softmax, and P·V of a tile with masked keys whose V holds a NaN or an infinity,
+// are the f32 path.
+template <class Arch, class E, bool kBf16Math = false, bool kAmx = false>
 void flash_wide(const FlashWork& w, float* scratch) {
+  static_assert(kBf16Math || !kAmx, "AMX is a bf16-math path");
   using T = Tiles<Arch>;
   using B = vfloat<Arch>;
   constexpr int W = T::W;
@@ -209,7 +214,8 @@ void flash_wide(const FlashWork& w, float* scratch) {
   const bool terms = w.softcap > 0.0f || w.alibi;
   // 16 registers: the output accumulator is kept transposed, Oᵀ[value_dim][ldr] (pvt_block: P·V in
   // the score microkernel's shape); 32 registers keep O[rows][dvp] (pv_tile's 6 × 4 blocks).
-  constexpr bool kTransposedO = !T::kManyRegs && !kBf16Math;
+  // AMX: Oᵀ too (Oᵀ += Vᵀ·Pᵀ takes P as the pairs exp_columns packs, B's layout).
+  constexpr bool kTransposedO = (!T::kManyRegs && !kBf16Math) || kAmx;
 
   // Qᵀ panel, pre-scaled; padded rows are zero and inherit the last row's mask so they never
   // widen the key range or force masking.
@@ -256,9 +262,12 @@ void flash_wide(const FlashWork& w, float* scratch) {
   std::memset(oacc, 0, sizeof(float) * ldr * dvp);
   // bf16 math: tiles start at an even key, so a tile's V pairs are those kept packed for the kv head
   // (FlashWork::packed_v; a window of 256 starts its rows' keys at odd ones).
+  // AMX: at a multiple of 32 keys, each tile's chunks of 32 keys then lie within one kept unit.
+  if (kAmx && key_lo % 32 && key_lo - key_lo % 32 >= w.key_begin && key_lo < key_hi) key_lo -= key_lo % 32;
   if (kBf16Math && key_lo % 2 && key_lo > w.key_begin && key_lo < key_hi) --key_lo;
   // bf16 math: Qᵀ packed once more into bf16 pairs; the panels live past the f32 layout.
-  [[maybe_unused]] std::conditional_t<kBf16Math, Bf16Wide<Arch, E>, NoBf16> bf(w, scratch, L, qt, ldr);
+  [[maybe_unused]] std::conditional_t<kBf16Math, std::conditional_t<kAmx, AmxWide<Arch, E>, Bf16Wide<Arch, E>>, NoBf16>
+      bf(w, scratch, L, qt, ldr);
 
   const KvSource<E> src(w);
   float* ones = scratch + L.ones;
@@ -363,13 +372,16 @@ void flash_wide(const FlashWork& w, float* scratch) {
     if constexpr (kBf16Math) {
       if (bf.pv(src, oacc, dvp, alpha, j0, nk, nv0, nv1, masked)) continue;
     }
-    if constexpr (kTransposedO) {  // (Oᵀ: the rows are columns)
-      if constexpr (kFloat) {
-        pvt_runs<Arch>(src, oacc + rv0, ldr, alpha + rv0, ones, st + rv0, ldr, j0, nk, w.value_dim, nvs, masked);
-      } else {
-        values_to_f32_panel(src, j0, nk, w.value_dim, w.value_dim, scratch + L.vpanel);
-        pvt_block<Arch>(oacc + rv0, ldr, alpha + rv0, st + rv0, ldr, scratch + L.vpanel, w.value_dim, w.value_dim, nvs,
-                        nk, masked);
+    if constexpr (kTransposedO) {  // (Oᵀ: the rows are columns; pvt takes up to kMaxPvtNV row vectors)
+      if (!kFloat) values_to_f32_panel(src, j0, nk, w.value_dim, w.value_dim, scratch + L.vpanel);
+      for (int n0 = nv0; n0 < nv1; n0 += kMaxPvtNV) {
+        const int nvg = nv1 - n0 < kMaxPvtNV ? nv1 - n0 : kMaxPvtNV;
+        const int64_t r0 = int64_t{n0} * W;
+        if constexpr (kFloat)
+          pvt_runs<Arch>(src, oacc + r0, ldr, alpha + r0, ones, st + r0, ldr, j0, nk, w.value_dim, nvg, masked);
+        else
+          pvt_block<Arch>(oacc + r0, ldr, alpha + r0, st + r0, ldr, scratch + L.vpanel, w.value_dim, w.value_dim, nvg,
+                          nk, masked);
       }
     } else if (kFloat && w.value_dim % W == 0) {
       pv_runs<Arch>(src, oacc + rv0 * dvp, dvp, alpha + rv0, ones, st + rv0, 1, ldr, j0, nk, rv1 - rv0, dvp / W, masked,

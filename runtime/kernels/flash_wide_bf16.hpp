@@ -20,6 +20,7 @@
 #if defined(__AVX512BF16__)
 
 #include "flash_wide.hpp"
+#include "ukernel/amx_tiles.hpp"
 #include "ukernel/bf16_dot_tiles.hpp"
 
 namespace attend::kernels {
@@ -244,6 +245,169 @@ struct Bf16Wide {
     return true;
   }
 };
+
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+// The V rows of keys [j0, j0 + n) (i8: times their scales) rounded to bf16 and transposed, Vᵀ:
+// out[d·ld + j] = V[j0 + j][d] for j < n, zero for j in [n, 32·groups) and for d in [value_dim,
+// dvp): the A operand of Oᵀ += Vᵀ·Pᵀ on AMX tiles (16 value columns × 32 keys). Pairs of keys are
+// packed as for vdpbf16ps, then each 16 × 16 block of pair words is transposed in registers.
+// Returns the lanes that saw a NaN or an infinity.
+template <class Arch, class E>
+__mmask16 pack_value_columns(const FlashWork& w, const KvSource<E>& src, int64_t j0, int64_t n, int64_t groups,
+                             int64_t dvp, uint16_t* out, int64_t ld) {
+  const int64_t dv = w.value_dim;
+  __mmask16 special = 0;
+  for (int64_t c = 0; c < dvp; c += 16) {
+    const int64_t nc = min64(16, dv - c);
+    for (int64_t g = 0; g < groups; ++g) {
+      __m512i r[16];
+      for (int q = 0; q < 16; ++q) {
+        const int64_t j = g * 32 + 2 * q;
+        __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+        if (j < n) a = load_f32_upto<Arch>(src.value(j0 + j) + c, nc);
+        if (j + 1 < n) b = load_f32_upto<Arch>(src.value(j0 + j + 1) + c, nc);
+        if constexpr (KvSource<E>::kScaled) {  // i8: V rows times their scales
+          if (j < n) a = _mm512_mul_ps(a, _mm512_set1_ps(src.value_scale(j0 + j)));
+          if (j + 1 < n) b = _mm512_mul_ps(b, _mm512_set1_ps(src.value_scale(j0 + j + 1)));
+        }
+        special |= _mm512_fpclass_ps_mask(a, 0x99) | _mm512_fpclass_ps_mask(b, 0x99);  // QNaN, ±inf, SNaN
+        r[q] = pack_bf16_pairs(a, b);
+      }
+      transpose_words_16x16(r);  // r[d]: value column c + d, keys g·32 … g·32 + 31
+      for (int d = 0; d < 16; ++d) _mm512_storeu_si512(out + (c + d) * ld + g * 32, r[d]);
+    }
+  }
+  return special;
+}
+
+// The bf16-math pieces on AMX tiles: Sᵀ = K·Qᵀ with A = K rows (bf16, 16 keys × 32 depth) and B =
+// the Qᵀ pairs; Oᵀ += Vᵀ·Pᵀ with A = Vᵀ (16 value columns × 32 keys) and B = the P pairs that
+// exponentials() packs. The same roundings as the vdpbf16ps pieces (Bf16Wide), summed in another
+// order. Kept across row blocks (FlashWork::packed_k): K rows as there, V transposed per unit,
+// [dvp][kPackUnitKeys] bf16 (the same words per unit as the pairs).
+template <class Arch, class E>
+struct AmxWide : Bf16Wide<Arch, E> {
+  using Base = Bf16Wide<Arch, E>;
+  using Base::dvp;
+  using Base::k2;
+  using Base::kd;
+  using Base::kpanel;
+  using Base::ldr;
+  using Base::p2;
+  using Base::pairs;
+  using Base::qt2;
+  using Base::v2;
+  using Base::vkept;
+  using Base::w;
+
+  AmxWide(const FlashWork& work, float* scratch, const Layout& L, const float* qt, int64_t ld)
+      : Base(work, scratch, L, qt, ld) {
+    // Qᵀ pairs past the depth's, up to whole chunks of 32: zero (K rows are zero there; a stale
+    // word could be a NaN).
+    for (int64_t p = pairs; p < kd / 2; ++p)
+      for (int64_t r = 0; r < ldr; r += 16) _mm512_store_si512(qt2 + p * ldr + r, _mm512_setzero_si512());
+    amx_configure();
+  }
+  ~AmxWide() { _tile_release(); }
+  AmxWide(const AmxWide&) = delete;
+  AmxWide& operator=(const AmxWide&) = delete;
+
+  uint16_t* unit_v(int64_t u) const { return reinterpret_cast<uint16_t*>(w.packed_v) + u * dvp * kPackUnitKeys; }
+
+  // As Bf16Wide::keep_units, with V transposed; a tile reads its V there when the units up to its
+  // last chunk's end are finite and it starts at a multiple of 32 keys (its chunks then lie in
+  // single units).
+  void keep_units(const KvSource<E>& src, int64_t j0, int64_t nk) {
+    bool finite = true;
+    const int64_t end = min64(w.valid_keys, j0 + round_up(nk, 32));
+    for (int64_t u = j0 / kPackUnitKeys; u * kPackUnitKeys < end; ++u) {
+      int32_t& state = w.packed_state[u];
+      if (state == 0) {
+        const int64_t k0 = u * kPackUnitKeys, n = min64(kPackUnitKeys, w.valid_keys - k0);
+        round_key_rows<Arch>(w, src, k0, n, kd, kpanel, reinterpret_cast<uint16_t*>(w.packed_k) + k0 * kd);
+        state = pack_value_columns<Arch>(w, src, k0, n, kPackUnitKeys / 32, dvp, unit_v(u), kPackUnitKeys) ? 3 : 2;
+      }
+      finite = finite && state == 2;
+    }
+    vkept = finite && j0 % 32 == 0;
+  }
+
+  // Sᵀ for keys [j0, j0 + nk), row vectors [nv0, nv1): 16-key tiles of K rows against 16-row tiles
+  // of Qᵀ pairs (rows of Sᵀ past nk are written and never read: st holds whole tiles).
+  void scores(const KvSource<E>& src, int64_t j0, int64_t nk, int nv0, int nv1, float* st, float* colmax) {
+    if (w.packed_k)
+      keep_units(src, j0, nk);
+    else
+      round_key_rows<Arch>(w, src, j0, nk, kd, kpanel, reinterpret_cast<uint16_t*>(k2));
+    const char* kbase = w.packed_k
+                            ? reinterpret_cast<const char*>(reinterpret_cast<const uint16_t*>(w.packed_k) + j0 * kd)
+                            : reinterpret_cast<const char*>(k2);
+    AmxOperands o{};
+    o.lda = kd * 2;
+    o.a_group = 16 * kd * 2;
+    o.b = reinterpret_cast<const char*>(qt2 + nv0 * 16);
+    o.ldb = ldr * 4;
+    o.b_group = 64;
+    o.b_chunk = 16 * ldr * 4;
+    o.chunks = kd / 32;
+    o.c = reinterpret_cast<char*>(st + nv0 * 16);
+    o.ldc = ldr * 4;
+    o.c_mgroup = 16 * ldr * 4;
+    o.c_ngroup = 64;
+    o.load_c = false;
+    const int64_t a_group = o.a_group;
+    amx_product(o, (nk + 15) / 16, nv1 - nv0,
+                [kbase, a_group](int64_t i, int64_t ch) { return kbase + i * a_group + ch * 64; });
+    if (colmax)
+      for (int n = nv0; n < nv1; ++n) {
+        __m512 mx = _mm512_load_ps(st + n * 16);
+        for (int64_t jj = 1; jj < nk; ++jj) mx = _mm512_max_ps(mx, _mm512_load_ps(st + jj * ldr + n * 16));
+        _mm512_store_ps(colmax + n * 16, mx);
+      }
+  }
+
+  // Oᵀ = alpha·Oᵀ + Vᵀ·Pᵀ over keys [j0, j0 + nk), in chunks of 32 keys (P pairs past nk zeroed,
+  // V columns past them zero or finite). false, computing nothing, as Bf16Wide::pv.
+  bool pv(const KvSource<E>& src, float* oacc, int64_t /*ldo*/, const float* alpha, int64_t j0, int64_t nk, int nv0,
+          int nv1, bool masked) {
+    const int64_t chunks = (nk + 31) / 32, ldk = chunks * 32;
+    __mmask16 special = 0;
+    if (!vkept) special = pack_value_columns<Arch>(w, src, j0, nk, chunks, dvp, reinterpret_cast<uint16_t*>(v2), ldk);
+    if (masked && special) return false;
+    for (int64_t jp = (nk + 1) / 2; jp < ldk / 2; ++jp)
+      for (int n = nv0; n < nv1; ++n) _mm512_store_si512(p2 + jp * ldr + n * 16, _mm512_setzero_si512());
+    for (int64_t d = 0; d < dvp; ++d)
+      for (int n = nv0; n < nv1; ++n) {
+        float* o = oacc + d * ldr + n * 16;
+        _mm512_store_ps(o, _mm512_mul_ps(_mm512_load_ps(o), _mm512_load_ps(alpha + n * 16)));
+      }
+    const int64_t ldv = vkept ? kPackUnitKeys : ldk;  // bf16 per Vᵀ row
+    AmxOperands o{};
+    o.lda = ldv * 2;
+    o.a_group = 16 * ldv * 2;
+    o.b = reinterpret_cast<const char*>(p2 + nv0 * 16);
+    o.ldb = ldr * 4;
+    o.b_group = 64;
+    o.b_chunk = 16 * ldr * 4;
+    o.chunks = chunks;
+    o.c = reinterpret_cast<char*>(oacc + nv0 * 16);
+    o.ldc = ldr * 4;
+    o.c_mgroup = 16 * ldr * 4;
+    o.c_ngroup = 64;
+    o.load_c = true;
+    const uint16_t* tile_v = reinterpret_cast<const uint16_t*>(v2);
+    const bool kept = vkept;
+    amx_product(o, dvp / 16, nv1 - nv0, [&](int64_t i, int64_t ch) -> const char* {
+      if (kept) {
+        const int64_t j = j0 + 32 * ch;
+        return reinterpret_cast<const char*>(unit_v(j / kPackUnitKeys) + i * 16 * kPackUnitKeys + j % kPackUnitKeys);
+      }
+      return reinterpret_cast<const char*>(tile_v + i * 16 * ldk + 32 * ch);
+    });
+    return true;
+  }
+};
+#endif  // __AMX_TILE__ && __AMX_BF16__
 
 }  // namespace
 }  // namespace attend::kernels

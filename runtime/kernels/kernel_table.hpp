@@ -152,11 +152,15 @@ constexpr int64_t kPackUnitKeys = 128;
 /// 32-bit words per key of FlashWork::packed_k, per key pair of packed_v.
 constexpr int64_t packed_k_words(int64_t head_dim) { return (head_dim + 31) / 32 * 16; }
 constexpr int64_t packed_v_words(int64_t value_dim) { return (value_dim + 15) / 16 * 16; }
-/// Floats one (batch, kv head) of `keys` keys takes packed: its K rows, V pairs and unit states,
-/// each part a whole number of 64-byte lines.
+/// Floats one (batch, kv head) of `keys` keys takes packed: its K rows (16 rows of slack: AMX reads
+/// K in tiles of 16 keys from any key), V pairs or, on AMX, V transposed per unit (whole units) and
+/// unit states, each part a whole number of 64-byte lines.
+constexpr int64_t packed_k_floats(int64_t keys, int64_t head_dim) {
+  return ((keys + 16) * packed_k_words(head_dim) + 15) / 16 * 16;
+}
 constexpr int64_t packed_kv_floats(int64_t keys, int64_t head_dim, int64_t value_dim) {
-  return (keys * packed_k_words(head_dim) + 15) / 16 * 16 +
-         ((keys + 1) / 2 * packed_v_words(value_dim) + 15) / 16 * 16 +
+  return packed_k_floats(keys, head_dim) +
+         ((keys + kPackUnitKeys - 1) / kPackUnitKeys * (kPackUnitKeys / 2) * packed_v_words(value_dim) + 15) / 16 * 16 +
          ((keys + kPackUnitKeys - 1) / kPackUnitKeys + 15) / 16 * 16;
 }
 
@@ -174,9 +178,11 @@ struct KernelTable {
 
 // One table per compiled ISA (defined in runtime/kernels/arch/*.cpp). Null when not compiled in.
 const KernelTable* kernel_table_avx512();
-/// AVX-512 + AVX512_BF16: with `bf16_math` false the avx512 kernels (f32 arithmetic); true, the
-/// table for FpMath::bf16 (vdpbf16ps in the prefill path).
-const KernelTable* kernel_table_avx512_bf16(bool bf16_math);
+/// Which table of the avx512_bf16 tier: f32 arithmetic (the avx512 kernels), or FpMath::bf16's
+/// prefill on vdpbf16ps or on AMX tiles (null where AMX was not compiled in).
+enum class Bf16Math { none, dot, amx };
+/// AVX-512 + AVX512_BF16 (+ AMX-BF16 for Bf16Math::amx, which only CPUs with it may run).
+const KernelTable* kernel_table_avx512_bf16(Bf16Math math);
 const KernelTable* kernel_table_avx2();
 const KernelTable* kernel_table_generic();
 

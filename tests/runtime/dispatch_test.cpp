@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../../runtime/dispatch/cpu_features.hpp"
+#include "../../runtime/dispatch/registry.hpp"
 
 namespace attend {
 namespace {
@@ -139,6 +140,27 @@ TEST(Dispatch, InvalidL2AheadThrowsAndChangesNothing) {
                Error);
 }
 
+// ATTEND_AMX accepts 0 and 1 only: anything else fails every call (a typo must not silently pick a
+// path), before anything is written.
+TEST(Dispatch, InvalidAmxSettingThrows) {
+  const char* env = std::getenv("ATTEND_AMX");
+  if (!env || std::string(env) != "yes") GTEST_SKIP() << "run by ctest with ATTEND_AMX=yes";
+  const int64_t D = 16;
+  std::vector<float> q(4 * D, 0.5f), k(D, 0.25f), v(D, 1.0f), o(4 * D, 7.0f);
+  SdpaOptions opt;
+  opt.fpmath = FpMath::bf16;
+  try {
+    scaled_dot_product_attention(TensorView::dense(q.data(), {1, 4, 1, D}), TensorView::dense(k.data(), {1, 1, 1, D}),
+                                 TensorView::dense(v.data(), {1, 1, 1, D}), TensorView::dense(o.data(), {1, 4, 1, D}),
+                                 opt);
+    ADD_FAILURE() << "sdpa accepted ATTEND_AMX=yes";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("ATTEND_AMX"), std::string::npos) << e.what();
+  }
+  for (float x : o) EXPECT_EQ(x, 7.0f);
+}
+
 TEST(Dispatch, CpuModelIsNamed) { EXPECT_FALSE(cpu_model().empty()); }
 
 // The classes performance figures are quoted for. Family 25 holds both Zen 3 (no AVX-512) and
@@ -165,13 +187,63 @@ TEST(Dispatch, ClassifiesKnownCpuFamilies) {
       {"AuthenticAMD", 23, 0x31, false, "Zen 2", 0},   // EPYC 7002 (Rome)
       {"AuthenticAMD", 23, 0x01, false, "Zen / Zen+", 0},
       {"AuthenticAMD", 16, 0x04, false, "", 0},  // an older family
-      {"GenuineIntel", 6, 0x8f, true, "", 0},    // not classified
-      {"", 0, 0, false, "", 0},                  // off x86
+      {"GenuineIntel", 6, 0x8f, true, "Sapphire Rapids", 512},
+      {"GenuineIntel", 6, 0xcf, true, "Emerald Rapids", 512},
+      {"GenuineIntel", 6, 0xad, true, "Granite Rapids", 512},
+      {"GenuineIntel", 6, 0x6a, true, "Ice Lake-SP", 512},
+      {"GenuineIntel", 6, 0x55, true, "Skylake-SP / Cascade Lake", 512},
+      {"GenuineIntel", 6, 0x7e, true, "Intel client AVX-512", 256},  // Ice Lake laptop: one 512-bit FMA
+      {"GenuineIntel", 6, 0xa7, true, "Intel client AVX-512", 256},  // Rocket Lake
+      {"GenuineIntel", 6, 0x97, false, "", 0},                       // Alder Lake: not classified
+      {"GenuineIntel", 15, 0x04, false, "", 0},                      // NetBurst
+      {"", 0, 0, false, "", 0},                                      // off x86
   };
   for (const Case& c : cases) {
     const dispatch::CpuClassification got = dispatch::classify_cpu(c.vendor, c.family, c.model, c.avx512);
     EXPECT_STREQ(got.name, c.name) << c.vendor << " " << c.family << "/" << c.model;
     EXPECT_EQ(got.avx512_bits, c.bits) << c.vendor << " " << c.family << "/" << c.model;
+    // AMX (Sapphire Rapids on) names the class whatever model number a hypervisor shows (this
+    // project's Intel machine: AMX under Rocket Lake's model 0xa7); the named AMX models keep their
+    // names, and it never changes an AMD answer or an unknown vendor's.
+    const dispatch::CpuClassification amx = dispatch::classify_cpu(c.vendor, c.family, c.model, c.avx512, true);
+    const bool named_amx_model = c.model == 0x8f || c.model == 0xcf || c.model == 0xad;
+    if (std::string(c.vendor) == "GenuineIntel" && c.family == 6 && !named_amx_model) {
+      EXPECT_STREQ(amx.name, "Xeon with AMX") << c.model;
+      EXPECT_EQ(amx.avx512_bits, c.avx512 ? 512 : 0) << c.model;
+    } else {
+      EXPECT_STREQ(amx.name, got.name) << c.vendor << " " << c.family << "/" << c.model;
+      EXPECT_EQ(amx.avx512_bits, got.avx512_bits) << c.vendor << " " << c.family << "/" << c.model;
+    }
+  }
+}
+
+// FpMath::bf16 runs bf16 kernels when avx512_bf16 is forced (wherever the CPU has it), and under
+// Isa::automatic only where they outrun the f32 FMAs: on AMX tiles, or vdpbf16ps on AMD's cores
+// (not on Intel's: half the FMA rate). AMX exactly where the CPU and OS allow it.
+TEST(Dispatch, Bf16MathWhereItIsFaster) {
+  const std::vector<Isa> supported = supported_isas();
+  const bool has = std::find(supported.begin(), supported.end(), Isa::avx512_bf16) != supported.end();
+  if (has) {
+    EXPECT_TRUE(bf16_math_native(Isa::avx512_bf16));
+  }
+  for (Isa isa : supported) {
+    if (isa != Isa::avx512_bf16) {
+      EXPECT_FALSE(bf16_math_native(isa)) << isa_name(isa);
+    }
+  }
+  const bool automatic =
+      active_isa() == Isa::avx512_bf16 && (cpu_class().vendor != "GenuineIntel" || dispatch::amx_bf16_math());
+  EXPECT_EQ(bf16_math_native(), automatic) << cpu_class().vendor << " " << isa_name(active_isa());
+  EXPECT_EQ(&dispatch::kernel_table_for(Isa::automatic, FpMath::bf16) ==
+                &dispatch::kernel_table_for(Isa::automatic, FpMath::strict),
+            !automatic);
+  if (has) {
+    EXPECT_NE(&dispatch::kernel_table_for(Isa::avx512_bf16, FpMath::bf16),
+              &dispatch::kernel_table_for(Isa::avx512_bf16, FpMath::strict));
+  }
+  EXPECT_EQ(bf16_math_amx(Isa::avx512_bf16), has && dispatch::amx_bf16_math());
+  if (dispatch::amx_bf16_math()) {
+    EXPECT_STREQ(dispatch::kernel_table_for(Isa::avx512_bf16, FpMath::bf16).name, "bf16_flash_attention__avx512_amx");
   }
 }
 
@@ -183,8 +255,9 @@ TEST(Dispatch, CpuClassOfThisMachine) {
   EXPECT_FALSE(c.vendor.empty());
   EXPECT_GT(c.family, 0);
 #endif
-  const dispatch::CpuClassification with = dispatch::classify_cpu(c.vendor, c.family, c.model, true),
-                                    without = dispatch::classify_cpu(c.vendor, c.family, c.model, false);
+  const bool amx = dispatch::cpu_features().cpuid_amx;
+  const dispatch::CpuClassification with = dispatch::classify_cpu(c.vendor, c.family, c.model, true, amx),
+                                    without = dispatch::classify_cpu(c.vendor, c.family, c.model, false, amx);
   EXPECT_TRUE((c.name == with.name && c.avx512_bits == with.avx512_bits) ||
               (c.name == without.name && c.avx512_bits == without.avx512_bits))
       << c.name << " " << c.avx512_bits;

@@ -3,6 +3,6 @@
 
 namespace attend::kernels {
 const KernelTable* kernel_table_avx512() { return nullptr; }
-const KernelTable* kernel_table_avx512_bf16(bool) { return nullptr; }
+const KernelTable* kernel_table_avx512_bf16(Bf16Math) { return nullptr; }
 const KernelTable* kernel_table_avx2() { return nullptr; }
 }  // namespace attend::kernels
