@@ -46,5 +46,9 @@ double bf16_dot_gflops(int threads, int64_t iterations);
 /// Whether the CPU has AVX512_BF16 (the vdpbf16ps probe measures something).
 bool has_bf16_dot();
 double measure_bf16_peak_gflops(int threads);
+/// The same for AMX tiles (tdpbf16ps, 16,384 FLOPs each) where FpMath::bf16 runs on them
+/// (attend::bf16_math_amx()), else 0.
+double amx_bf16_gflops(int threads, int64_t iterations);
+double measure_amx_peak_gflops(int threads);
 
 }  // namespace attend::bench
