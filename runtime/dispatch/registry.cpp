@@ -69,16 +69,27 @@ const EnvCap& env_cap() {
 // 72.0 → 77.9; 8 KiB 79.1, 12 KiB 80.0), sdpa (row-major K) 74.3 → 86.8% (8–32 KiB: 81–89%), and
 // with one row per kv head (D1's shape, sdpa; alternated processes) 82.6/82.7/76.8 → 92.6/92.9/77.4%;
 // prefetcht0 at the same distance 68% (it holds L1's miss buffers). Zen 3 and Zen 5 unmeasured:
-// none (docs/performance.md, session 23).
+// none (docs/performance.md, session 23). The AMX Xeons (measured on the 'Xeon with AMX', whose
+// caches are Granite Rapids'; alternated processes, 3 rounds, share of a read without → with 24
+// KiB): the paged cache's D3 75–78 → 83–85%, a serving step's paged decode 73–76 → 77–81%, the
+// slot cache's 78–82 → 81–84%, the i8 cache's GQA shapes +3–6 points, but its one-row shapes
+// (D1/D4) −2 to −6: there the i8 cache keeps them for GQA groups only (session 31).
 struct EnvL2 {
   int64_t bytes = 0;
+  bool i8_one_row = true;
   std::string error;
 };
+
+bool amx_xeon_class(const std::string& name) {
+  return name == "Xeon with AMX" || name == "Sapphire Rapids" || name == "Emerald Rapids" || name == "Granite Rapids";
+}
 
 const EnvL2& env_l2() {
   static const EnvL2 l2 = [] {
     EnvL2 e;
-    e.bytes = std::string(cpu_features().class_name) == "Zen 4" ? 24576 : 0;
+    const std::string cls = cpu_features().class_name;
+    e.bytes = cls == "Zen 4" || amx_xeon_class(cls) ? 24576 : 0;
+    e.i8_one_row = !amx_xeon_class(cls);
     const char* env = std::getenv("ATTEND_DECODE_L2_AHEAD");
     if (!env || !*env) return e;
     const std::string v = env;
@@ -124,6 +135,8 @@ bool amx_bf16_math() {
 }
 
 int64_t decode_l2_ahead_bytes() { return env_l2().error.empty() ? env_l2().bytes : 0; }
+
+bool decode_l2_i8_one_row() { return env_l2().i8_one_row; }
 
 Isa resolve(Isa requested) {
   if (requested != Isa::automatic) {

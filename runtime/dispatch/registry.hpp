@@ -26,9 +26,13 @@ bool amx_bf16_math();
 Isa resolve(Isa requested);
 
 /// How far ahead decode requests K and V into L2 (kernels::FlashWork::l2_ahead_bytes), for this
-/// machine class: 24 KiB on a Zen 4, 0 (none) elsewhere, or the environment variable
+/// machine class: 24 KiB on a Zen 4 and on the AMX Xeons, 0 (none) elsewhere, or the environment variable
 /// ATTEND_DECODE_L2_AHEAD (bytes, 0 to 1048576) when set. kernel_table_for throws
 /// attend::Error (invalid_argument) for any call while the variable holds something else.
 int64_t decode_l2_ahead_bytes();
+
+/// Whether those requests also serve an 8-bit cache's decode of one row per kv head (MHA): yes on
+/// a Zen 4, no on the AMX Xeons (where they cost it 2–6 points of a read), whatever the distance.
+bool decode_l2_i8_one_row();
 
 }  // namespace attend::dispatch
