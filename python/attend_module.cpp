@@ -593,7 +593,10 @@ A row whose keys are all masked returns zeros (torch returns NaN there).)");
       "'family': 25, 'model': 17, 'avx512_bits': 256} ('' and 0 where unknown).");
   m.def(
       "bf16_math_native", [] { return attend::bf16_math_native(); },
-      "Whether fpmath='bf16' runs vdpbf16ps kernels on this CPU (else it is 'strict').");
+      "Whether fpmath='bf16' runs bf16 kernels (AMX tiles or vdpbf16ps) on this CPU (else it is 'strict').");
+  m.def(
+      "bf16_math_amx", [] { return attend::bf16_math_amx(); },
+      "Whether fpmath='bf16' runs its two products on AMX tiles on this CPU (ATTEND_AMX=0 turns them off).");
 
   py::class_<attend::KVCache>(m, "KVCache", "Keys and values of up to `slots` sequences of `capacity` tokens.")
       .def(py::init([](int64_t kv_heads, int64_t head_dim, int64_t slots, int64_t capacity, const std::string& dtype,

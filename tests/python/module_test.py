@@ -231,6 +231,12 @@ info = json.loads(os.popen(os.environ["ATTEND_INFO"] + " --json").read()) if os.
 if info is not None:
     check("cpu_class matches attend-info", info["cpu_class"] == cls["name"] and info["avx512_bits"] == cls["avx512_bits"],
           f"{info.get('cpu_class')} {cls}")
+    # Which kernels fpmath='bf16' runs, as attend-info says it.
+    check("bf16_math_amx matches attend-info", attend.bf16_math_amx() == info["fpmath_bf16"].startswith("AMX"),
+          info["fpmath_bf16"])
+    check("bf16_math_native matches attend-info", attend.bf16_math_native() == (not info["fpmath_bf16"].startswith("f32")),
+          info["fpmath_bf16"])
+check("bf16_math_amx implies native", not attend.bf16_math_amx() or attend.bf16_math_native(), "")
 
 if failures:
     print(f"{len(failures)} FAILED:")

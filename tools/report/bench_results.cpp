@@ -164,6 +164,7 @@ BenchRun parse_bench_json(const std::string& text, const std::string& label) {
   if (run.threads <= 0) run.threads = 1;
   run.fma_peak_gflops = number(run.context_value("fma_peak_gflops"));
   run.bf16_peak_gflops = number(run.context_value("bf16_dot_peak_gflops"));
+  run.amx_peak_gflops = number(run.context_value("amx_bf16_peak_gflops"));
   for (const BenchEntry& e : run.entries)
     if (e.group == "stream" && e.impl == "read") run.read_gbps = std::max(run.read_gbps, e.gbps);
   return run;

@@ -34,6 +34,7 @@ struct BenchRun {
   int threads = 0;              // the bench's thread count (context "threads", else num_cpus)
   double fma_peak_gflops = 0;   // the FMA probe (context), 0 if absent
   double bf16_peak_gflops = 0;  // the vdpbf16ps probe (context), 0 if absent
+  double amx_peak_gflops = 0;   // the tdpbf16ps (AMX) probe (context, where fpmath=bf16 runs on AMX), 0 if absent
   double read_gbps = 0;         // plain-read bandwidth: the best stream/read/* entry, 0 if none
 
   const BenchEntry* find(const std::string& group, const std::string& impl, const std::string& shape) const;

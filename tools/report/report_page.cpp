@@ -94,6 +94,7 @@ Roofline roofline_of(const BenchRun& run) {
   r.title = "Roofline, " + run.label + " (" + machine_name(run) + ", " + std::to_string(run.threads) + " threads)";
   if (run.fma_peak_gflops > 0) r.roofs.push_back({"FMA peak", run.fma_peak_gflops});
   if (run.bf16_peak_gflops > 0) r.roofs.push_back({"bf16 dot peak", run.bf16_peak_gflops});
+  if (run.amx_peak_gflops > 0) r.roofs.push_back({"AMX bf16 peak", run.amx_peak_gflops});
   r.bandwidth_gbps = run.read_gbps;
   r.bandwidth_label = "plain read " + fmt(run.read_gbps, "%.1f") + " GB/s";
   for (const BenchEntry& e : run.entries)
@@ -186,13 +187,15 @@ std::string report_html(const std::vector<BenchRun>& runs, const std::string& ti
   o << "<h2 id=\"machines\">Machines</h2>\n<table class=\"machines\"><tr><th class=\"l\">run</th><th "
        "class=\"l\">CPU</th>"
        "<th class=\"l\">attend ISA</th><th>threads</th><th class=\"l\">oneDNN</th><th>FMA peak GFLOP/s</th>"
-       "<th>bf16 peak GFLOP/s</th><th>plain read GB/s</th><th class=\"l\">attend</th><th class=\"l\">date</th></tr>\n";
+       "<th>bf16 peak GFLOP/s</th><th>AMX bf16 peak GFLOP/s</th><th>plain read GB/s</th><th class=\"l\">attend</th><th "
+       "class=\"l\">date</th></tr>\n";
   for (const BenchRun& r : runs)
     o << "<tr><td class=\"l\">" << xml_escape(r.label) << "</td><td class=\"l\">" << xml_escape(machine_name(r))
       << "</td><td class=\"l\">" << xml_escape(r.context_value("attend_isa")) << "</td><td>" << r.threads
       << "</td><td class=\"l\">"
       << xml_escape(r.context_value("onednn_version") + " (" + r.context_value("onednn_isa") + ")") << "</td><td>"
       << fmt(r.fma_peak_gflops, "%.0f") << "</td><td>" << fmt(r.bf16_peak_gflops, "%.0f") << "</td><td>"
+      << (r.amx_peak_gflops > 0 ? fmt(r.amx_peak_gflops, "%.0f") : std::string("—")) << "</td><td>"
       << fmt(r.read_gbps, "%.1f") << "</td><td class=\"l\">" << xml_escape(r.context_value("attend_version"))
       << "</td><td class=\"l\">" << xml_escape(r.context_value("date")) << "</td></tr>\n";
   o << "</table>\n";
@@ -256,7 +259,7 @@ std::string report_html(const std::vector<BenchRun>& runs, const std::string& ti
     o << "<h2 id=\"roofline-" << id << "\">" << xml_escape(r.label) << ": roofline</h2>\n<p class=\"note\">Each "
       << "entry at its arithmetic intensity (the bench's FLOP and byte counters) and throughput, under the "
          "machine's measured FMA"
-      << (r.bf16_peak_gflops > 0 ? " and vdpbf16ps" : "")
+      << (r.bf16_peak_gflops > 0 ? " and vdpbf16ps" : "") << (r.amx_peak_gflops > 0 ? " and AMX (tdpbf16ps)" : "")
       << " peaks and its plain-read bandwidth (the best stream/read entry).</p>\n"
       << roofline_svg(roofline_of(r)) << "\n";
     const BarChart dec = decode_bandwidth_chart(r);
