@@ -81,7 +81,8 @@ struct SdpaOptions {
 
   /// `strict` (default): f32 arithmetic. `bf16`: Q·Kᵀ and P·V may round their operands to bf16
   /// (accumulating in f32; the softmax stays f32), which prefill-shaped calls do on the
-  /// avx512_bf16 path — see FpMath and bf16_math_native(). Elsewhere it is `strict`.
+  /// avx512_bf16 path, on AMX tiles or vdpbf16ps — see FpMath, bf16_math_native() and
+  /// bf16_math_amx(). Elsewhere it is `strict`.
   FpMath fpmath = FpMath::strict;
 
   /// Where the call takes its threads (when num_threads is 0) and its workspace from. Null = the
