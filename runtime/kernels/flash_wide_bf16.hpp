@@ -155,17 +155,28 @@ struct Bf16Wide {
   // Whether the tile reads V there too: its units' V finite, and the tile starting at an even key.
   bool vkept = false;
   void keep_units(const KvSource<E>& src, int64_t j0, int64_t nk) {
+    vkept = keep_units_upto(src, j0, j0 + nk,
+                            [&](int64_t k0, int64_t n) {
+                              return pack_value_pairs<Arch>(w, src, k0, n, dvp, w.packed_v + k0 / 2 * dvp);
+                            }) &&
+            j0 % 2 == 0;
+  }
+
+  // The units holding keys [j0, end) packed unless done (K rows, and V by pack_v(first key, keys),
+  // which returns whether it met a NaN or an infinity); whether all their V are finite.
+  template <class PackV>
+  bool keep_units_upto(const KvSource<E>& src, int64_t j0, int64_t end, PackV pack_v) {
     bool finite = true;
-    for (int64_t u = j0 / kPackUnitKeys; u * kPackUnitKeys < j0 + nk; ++u) {
+    for (int64_t u = j0 / kPackUnitKeys; u * kPackUnitKeys < end; ++u) {
       int32_t& state = w.packed_state[u];
       if (state == 0) {
         const int64_t k0 = u * kPackUnitKeys, n = min64(kPackUnitKeys, w.valid_keys - k0);
         round_key_rows<Arch>(w, src, k0, n, kd, kpanel, reinterpret_cast<uint16_t*>(w.packed_k) + k0 * kd);
-        state = pack_value_pairs<Arch>(w, src, k0, n, dvp, w.packed_v + k0 / 2 * dvp) ? 3 : 2;
+        state = pack_v(k0, n) ? 3 : 2;
       }
       finite = finite && state == 2;
     }
-    vkept = finite && j0 % 2 == 0;
+    return finite;
   }
 
   // Sᵀ = K·Qᵀ for keys [j0, j0 + nk), K rounded to bf16 rows first (or already, FlashWork::packed_k).
@@ -318,18 +329,10 @@ struct AmxWide : Bf16Wide<Arch, E> {
   // last chunk's end are finite and it starts at a multiple of 32 keys (its chunks then lie in
   // single units).
   void keep_units(const KvSource<E>& src, int64_t j0, int64_t nk) {
-    bool finite = true;
-    const int64_t end = min64(w.valid_keys, j0 + round_up(nk, 32));
-    for (int64_t u = j0 / kPackUnitKeys; u * kPackUnitKeys < end; ++u) {
-      int32_t& state = w.packed_state[u];
-      if (state == 0) {
-        const int64_t k0 = u * kPackUnitKeys, n = min64(kPackUnitKeys, w.valid_keys - k0);
-        round_key_rows<Arch>(w, src, k0, n, kd, kpanel, reinterpret_cast<uint16_t*>(w.packed_k) + k0 * kd);
-        state = pack_value_columns<Arch>(w, src, k0, n, kPackUnitKeys / 32, dvp, unit_v(u), kPackUnitKeys) ? 3 : 2;
-      }
-      finite = finite && state == 2;
-    }
-    vkept = finite && j0 % 32 == 0;
+    vkept = this->keep_units_upto(src, j0, min64(w.valid_keys, j0 + round_up(nk, 32)), [&](int64_t k0, int64_t n) {
+      return pack_value_columns<Arch>(w, src, k0, n, kPackUnitKeys / 32, dvp, unit_v(k0 / kPackUnitKeys),
+                                      kPackUnitKeys);
+    }) && j0 % 32 == 0;
   }
 
   // Sᵀ for keys [j0, j0 + nk), row vectors [nv0, nv1): 16-key tiles of K rows against 16-row tiles
