@@ -323,6 +323,25 @@ struct AmxWide : Bf16Wide<Arch, E> {
   AmxWide(const AmxWide&) = delete;
   AmxWide& operator=(const AmxWide&) = delete;
 
+  // Both products' operands: A rows of `a_elems` bf16, B a pairs panel and C an f32 panel whose
+  // rows are ldr query rows wide (16 of them per tile, 64 bytes apart).
+  AmxOperands row_operands(int64_t a_elems, const uint32_t* b, float* c, int64_t chunks, bool load_c) const {
+    AmxOperands o{};
+    o.lda = a_elems * 2;
+    o.a_group = 16 * a_elems * 2;
+    o.b = reinterpret_cast<const char*>(b);
+    o.ldb = ldr * 4;
+    o.b_group = 64;
+    o.b_chunk = 16 * ldr * 4;
+    o.chunks = chunks;
+    o.c = reinterpret_cast<char*>(c);
+    o.ldc = ldr * 4;
+    o.c_mgroup = 16 * ldr * 4;
+    o.c_ngroup = 64;
+    o.load_c = load_c;
+    return o;
+  }
+
   uint16_t* unit_v(int64_t u) const { return reinterpret_cast<uint16_t*>(w.packed_v) + u * dvp * kPackUnitKeys; }
 
   // As Bf16Wide::keep_units, with V transposed; a tile reads its V there when the units up to its
@@ -345,19 +364,7 @@ struct AmxWide : Bf16Wide<Arch, E> {
     const char* kbase = w.packed_k
                             ? reinterpret_cast<const char*>(reinterpret_cast<const uint16_t*>(w.packed_k) + j0 * kd)
                             : reinterpret_cast<const char*>(k2);
-    AmxOperands o{};
-    o.lda = kd * 2;
-    o.a_group = 16 * kd * 2;
-    o.b = reinterpret_cast<const char*>(qt2 + nv0 * 16);
-    o.ldb = ldr * 4;
-    o.b_group = 64;
-    o.b_chunk = 16 * ldr * 4;
-    o.chunks = kd / 32;
-    o.c = reinterpret_cast<char*>(st + nv0 * 16);
-    o.ldc = ldr * 4;
-    o.c_mgroup = 16 * ldr * 4;
-    o.c_ngroup = 64;
-    o.load_c = false;
+    const AmxOperands o = row_operands(kd, qt2 + nv0 * 16, st + nv0 * 16, kd / 32, false);
     const int64_t a_group = o.a_group;
     amx_product(o, (nk + 15) / 16, nv1 - nv0,
                 [kbase, a_group](int64_t i, int64_t ch) { return kbase + i * a_group + ch * 64; });
@@ -385,19 +392,7 @@ struct AmxWide : Bf16Wide<Arch, E> {
         _mm512_store_ps(o, _mm512_mul_ps(_mm512_load_ps(o), _mm512_load_ps(alpha + n * 16)));
       }
     const int64_t ldv = vkept ? kPackUnitKeys : ldk;  // bf16 per Vᵀ row
-    AmxOperands o{};
-    o.lda = ldv * 2;
-    o.a_group = 16 * ldv * 2;
-    o.b = reinterpret_cast<const char*>(p2 + nv0 * 16);
-    o.ldb = ldr * 4;
-    o.b_group = 64;
-    o.b_chunk = 16 * ldr * 4;
-    o.chunks = chunks;
-    o.c = reinterpret_cast<char*>(oacc + nv0 * 16);
-    o.ldc = ldr * 4;
-    o.c_mgroup = 16 * ldr * 4;
-    o.c_ngroup = 64;
-    o.load_c = true;
+    const AmxOperands o = row_operands(ldv, p2 + nv0 * 16, oacc + nv0 * 16, chunks, true);
     const uint16_t* tile_v = reinterpret_cast<const uint16_t*>(v2);
     const bool kept = vkept;
     amx_product(o, dvp / 16, nv1 - nv0, [&](int64_t i, int64_t ch) -> const char* {
