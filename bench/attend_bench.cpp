@@ -18,6 +18,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,11 +75,11 @@ double kv_bytes(const SdpaShape& s) { return 4.0 * 2.0 * s.B * s.Hkv * s.Nk * s.
 // with the baseline's primitives and a once-per-shape correctness check of both implementations.
 struct Workload {
   const NamedShape* shape = nullptr;
-  std::vector<float> q, k, v, o;
+  KvBuffer q, k, v, o;
   std::unique_ptr<OnednnSdpa> onednn, onednn_bf16;  // (the second made by its entry)
   std::string error;                                // non-empty: a correctness check failed
   // bf16 copies of q, k, v and a bf16 output (made by sdpa/attend-bf16io's first call).
-  std::vector<uint16_t> q16, k16, v16, o16;
+  Bf16Buffer q16, k16, v16, o16;
 };
 
 // A model family's score term on the fused path (sdpa/attend-<term>/).
@@ -109,7 +110,7 @@ void run_attend(const SdpaShape& s, const float* q, const float* k, const float*
 }
 
 // Max abs error of `o` against a double-precision reference on a sample of rows.
-double sampled_error(const SdpaShape& s, const Workload& w, const std::vector<float>& o) {
+double sampled_error(const SdpaShape& s, const Workload& w, std::span<const float> o) {
   const int64_t G = s.Hq / s.Hkv;
   const int64_t rows = s.B * s.Hq * s.Nq;
   double worst = 0.0;
@@ -173,8 +174,8 @@ template <class F>
 void timed_sdpa(benchmark::State& state, const NamedShape* ns, Workload& w, F&& body) {
   if (!ns->decode) return timed_loop_vs_peak(state, flops(ns->shape), body);
   float sink = 0.0f;
-  timed_loop_vs_stream(
-      state, [] {}, body, [&] { sink += read_kv(w.k, w.v); });
+  const Evict kv = evict_kv(w.k, w.v);
+  timed_loop_vs_stream(state, kv, body, kv, [&] { sink += read_kv(w.k, w.v); });
   benchmark::DoNotOptimize(sink);
 }
 
@@ -220,15 +221,15 @@ void bm_attend_bf16io(benchmark::State& state, const NamedShape* ns) {
   if (!w.error.empty()) return state.SkipWithError(w.error.c_str());
   const SdpaShape& s = ns->shape;
   if (w.q16.empty()) {
-    w.q16 = to_bf16(w.q);
-    w.k16 = to_bf16(w.k);
-    w.v16 = to_bf16(w.v);
+    w.q16 = to_bf16<Bf16Buffer>(w.q);
+    w.k16 = to_bf16<Bf16Buffer>(w.k);
+    w.v16 = to_bf16<Bf16Buffer>(w.v);
     w.o16.assign(w.q16.size(), 0);
   }
   SdpaOptions opt;
   opt.causal = s.causal;
   opt.fpmath = FpMath::bf16;
-  const auto view = [](const std::vector<uint16_t>& x, int64_t b, int64_t h, int64_t n, int64_t d) {
+  const auto view = [](const Bf16Buffer& x, int64_t b, int64_t h, int64_t n, int64_t d) {
     return TensorView::dense(static_cast<const void*>(x.data()), DType::bf16, {b, h, n, d});
   };
   const TensorView q = view(w.q16, s.B, s.Hq, s.Nq, s.D), k = view(w.k16, s.B, s.Hkv, s.Nk, s.D),
@@ -238,16 +239,16 @@ void bm_attend_bf16io(benchmark::State& state, const NamedShape* ns) {
   run();
   {
     Workload wide;  // the reference sees exactly the bf16 inputs
-    wide.q = from_bf16(w.q16);
-    wide.k = from_bf16(w.k16);
-    wide.v = from_bf16(w.v16);
+    wide.q = from_bf16<KvBuffer>(w.q16);
+    wide.k = from_bf16<KvBuffer>(w.k16);
+    wide.v = from_bf16<KvBuffer>(w.v16);
     if (double e = sampled_error(s, wide, from_bf16(w.o16)); e > 1e-2)
       return state.SkipWithError(("attend bf16 io differs from the reference by " + std::to_string(e)).c_str());
   }
   if (ns->decode) {
     float sink = 0.0f;
-    timed_loop_vs_stream(
-        state, [] {}, run, [&] { sink += read_kv(w.k, w.v, 2); });
+    timed_loop_vs_stream(state, evict_kv(w.k16, w.v16), run, evict_kv(w.k, w.v, 0.5),
+                         [&] { sink += read_kv(w.k, w.v, 2); });
     benchmark::DoNotOptimize(sink);
   } else {
     timed_loop_vs_peak(state, flops(s), run, attend::bf16_math_native());
@@ -303,7 +304,8 @@ void bm_attend_term(benchmark::State& state, const NamedShape* ns) {
 void bm_stream(benchmark::State& state, const NamedShape* ns) {
   Workload& w = workload(*ns);
   float sink = 0.0f;
-  timed_loop(state, true, [&] { sink += read_kv(w.k, w.v); });
+  const Evict kv = evict_kv(w.k, w.v);
+  timed_loop(state, &kv, [&] { sink += read_kv(w.k, w.v); });
   benchmark::DoNotOptimize(sink);
   state.SetBytesProcessed(static_cast<int64_t>(kv_bytes(ns->shape)) * state.iterations());
 }
@@ -518,6 +520,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("onednn_isa", attend::onednn_isa());
   benchmark::AddCustomContext("threads", std::to_string(threads));
   benchmark::AddCustomContext("flush_mib", std::to_string(attend::bench::flush_mib()));
+  benchmark::AddCustomContext("eviction", attend::bench::eviction_name());
   benchmark::AddCustomContext("fma_peak_gflops", std::to_string(peak));
   const double bf16_peak = measure_bf16_peak_gflops(threads);
   benchmark::AddCustomContext("bf16_dot_peak_gflops", std::to_string(bf16_peak));

@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "../runtime/api/kv_cache_access.hpp"
+#include "../runtime/api/mha_access.hpp"
+#include "../runtime/api/paged_kv_cache_access.hpp"
 #include "../runtime/numeric/convert.hpp"
 #include "machine.hpp"
 #include "progress.hpp"
@@ -43,8 +46,13 @@ struct HugePageAllocator {
     return true;
   }
 };
-/// A decode entry's dense K or V reference (and the oneDNN baseline's cache).
+/// A decode entry's dense K or V reference (and the oneDNN baseline's cache), sdpa's and the
+/// layer's inputs: every buffer a decode entry or its reference streams sits in 2 MiB pages like
+/// attend's caches. (On an AMX Xeon a plain read of 4 KiB pages ran at 17 GB/s against 30 in 2 MiB
+/// pages — its prefetchers stop at each page — and attend's decode, which requests lines across
+/// pages itself, read sdpa's 4 KiB-page K/V above 100% of such a read.)
 using KvBuffer = std::vector<float, HugePageAllocator<float>>;
+using Bf16Buffer = std::vector<uint16_t, HugePageAllocator<uint16_t>>;
 
 /// Deterministic, cheap pseudo-random fill in [-1, 1) (large buffers are filled in milliseconds).
 template <class Vec>
@@ -57,13 +65,15 @@ void fill(Vec& x, uint32_t seed, float scale = 1.0f) {
 }
 
 /// bf16 copies (round to nearest even) of f32 data, and back.
-inline std::vector<uint16_t> to_bf16(const std::vector<float>& x) {
-  std::vector<uint16_t> r(x.size());
+template <class Out = std::vector<uint16_t>, class Vec>
+Out to_bf16(const Vec& x) {
+  Out r(x.size());
   for (size_t i = 0; i < x.size(); ++i) r[i] = numeric::to_bf16(x[i]);
   return r;
 }
-inline std::vector<float> from_bf16(const std::vector<uint16_t>& x) {
-  std::vector<float> r(x.size());
+template <class Out = std::vector<float>, class Vec>
+Out from_bf16(const Vec& x) {
+  Out r(x.size());
   for (size_t i = 0; i < x.size(); ++i) r[i] = numeric::from_bf16(x[i]);
   return r;
 }
@@ -75,6 +85,39 @@ template <class Vec>
 float read_kv(const Vec& k, const Vec& v, size_t divisor = 1) {
   const int threads = omp_get_max_threads();
   return stream_read(k.data(), k.size() / divisor, threads) + stream_read(v.data(), v.size() / divisor, threads);
+}
+/// The Evict of a K and a V buffer (read_kv's bytes, a dense K/V input's), or of the first `share`
+/// of each (read_kv_share's).
+template <class Vec>
+Evict evict_kv(const Vec& k, const Vec& v, double share = 1.0) {
+  const auto n = static_cast<size_t>(static_cast<double>(k.size() * sizeof(k[0])) * share);
+  Evict e;
+  e.add(k.data(), n).add(v.data(), n);
+  return e;
+}
+/// The Evict of sequences of a cache: their tokens' storage, every kv head (what a decode over them
+/// reads), as they stand now.
+template <class Seqs>
+Evict evict_cache(const attend::KVCache& c, const Seqs& seqs) {
+  std::vector<std::pair<const void*, size_t>> r;
+  for (const int64_t s : seqs) attend::detail::KVCacheAccess::storage_ranges(c, s, r);
+  Evict e;
+  e.add(r);
+  return e;
+}
+template <class Seqs>
+Evict evict_paged(const attend::PagedKVCache& c, const Seqs& seqs) {
+  std::vector<std::pair<const void*, size_t>> r;
+  for (const int64_t s : seqs) attend::detail::PagedKVCacheAccess::storage_ranges(c, s, r);
+  Evict e;
+  e.add(r);
+  return e;
+}
+/// A layer's packed projection weights.
+inline Evict& add_weights(Evict& e, const attend::MultiHeadAttention& layer) {
+  std::vector<std::pair<const void*, size_t>> r;
+  attend::detail::MhaAccess::weight_ranges(layer, r);
+  return e.add(r);
 }
 /// read_kv of the first `share` (0 < share ≤ 1) of each: an i8 cache's bytes (elements and scales).
 template <class Vec>
@@ -91,26 +134,26 @@ inline double kv_element_bytes(attend::DType t, int64_t head_dim) {
                                 : static_cast<double>(attend::dtype_size(t));
 }
 
-/// Times `body` per iteration with manual timing; `flush` evicts the last-level cache first and
-/// `prepare` runs untimed before each iteration. One untimed warm-up call comes first, so lazily
-/// created state (oneDNN primitives per token count, thread pools, first-touch pages) is never
-/// timed — for any impl.
+/// Times `body` per iteration with manual timing; `evict` (if any) empties the caches of the bytes
+/// it names first and `prepare` runs untimed before each iteration. One untimed warm-up call comes
+/// first, so lazily created state (oneDNN primitives per token count, thread pools, first-touch
+/// pages) is never timed — for any impl.
 template <class Prepare, class F>
-void timed_loop(benchmark::State& state, bool flush, Prepare&& prepare, F&& body) {
+void timed_loop(benchmark::State& state, const Evict* evict, Prepare&& prepare, F&& body) {
   prepare();
   body();
   for (auto _ : state) {
     prepare();
-    if (flush) flush_last_level_cache();
+    if (evict) (*evict)();
     const auto t0 = std::chrono::steady_clock::now();
     body();
     set_iteration_time(state, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
 }
 template <class F>
-void timed_loop(benchmark::State& state, bool flush, F&& body) {
+void timed_loop(benchmark::State& state, const Evict* evict, F&& body) {
   timed_loop(
-      state, flush, [] {}, body);
+      state, evict, [] {}, body);
 }
 
 /// timed_loop that pairs every timed call with a measurement of the machine's limit taken right
@@ -120,7 +163,7 @@ void timed_loop(benchmark::State& state, bool flush, F&& body) {
 /// machine's bandwidth or compute swings between entries (a shared machine's do, ±15 points from run
 /// to run); the probe is not part of the timed call.
 template <class Prepare, class F, class I>
-void timed_loop_paired(benchmark::State& state, bool flush, Prepare&& prepare, F&& body, I&& ideal_seconds,
+void timed_loop_paired(benchmark::State& state, const Evict* evict, Prepare&& prepare, F&& body, I&& ideal_seconds,
                        const char* counter) {
   using clock = std::chrono::steady_clock;
   prepare();
@@ -128,7 +171,7 @@ void timed_loop_paired(benchmark::State& state, bool flush, Prepare&& prepare, F
   std::vector<double> ratios;
   for (auto _ : state) {
     prepare();
-    if (flush) flush_last_level_cache();
+    if (evict) (*evict)();
     const auto t0 = clock::now();
     body();
     const double t = std::chrono::duration<double>(clock::now() - t0).count();
@@ -141,14 +184,16 @@ void timed_loop_paired(benchmark::State& state, bool flush, Prepare&& prepare, F
   state.counters[counter] = 100.0 * (n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]));
 }
 
-/// Decode (LLC flushed before each call): the limit is `reference`, a plain read of the same bytes
-/// under the same flush, timed right after each call. Counter `stream_pct`.
+/// Decode (the bytes `evict` names evicted before each call): the limit is `reference`, a plain
+/// read of as many bytes, `evict_reference` naming them, evicted the same way and timed right after
+/// each call. Counter `stream_pct`.
 template <class Prepare, class F, class R>
-void timed_loop_vs_stream(benchmark::State& state, Prepare&& prepare, F&& body, R&& reference) {
+void timed_loop_vs_stream(benchmark::State& state, const Evict& evict, Prepare&& prepare, F&& body,
+                          const Evict& evict_reference, R&& reference) {
   timed_loop_paired(
-      state, true, prepare, body,
+      state, &evict, prepare, body,
       [&] {
-        flush_last_level_cache();
+        evict_reference();
         const auto t0 = std::chrono::steady_clock::now();
         reference();
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -158,9 +203,10 @@ void timed_loop_vs_stream(benchmark::State& state, Prepare&& prepare, F&& body, 
 
 /// The same without a per-iteration `prepare`.
 template <class F, class R>
-void timed_loop_vs_stream(benchmark::State& state, F&& body, R&& reference) {
+void timed_loop_vs_stream(benchmark::State& state, const Evict& evict, F&& body, const Evict& evict_reference,
+                          R&& reference) {
   timed_loop_vs_stream(
-      state, [] {}, body, reference);
+      state, evict, [] {}, body, evict_reference, reference);
 }
 
 /// Compute-bound calls of `flops` floating-point operations (warm caches): the limit is the FMA
@@ -172,7 +218,7 @@ template <class F>
 void timed_loop_vs_peak(benchmark::State& state, double flops, F&& body, bool bf16_probe = false) {
   const int threads = omp_get_max_threads();
   timed_loop_paired(
-      state, false, [] {}, body,
+      state, nullptr, [] {}, body,
       [&] {
         const double gflops =
             bf16_probe ? bf16_dot_gflops(threads, kFmaProbeIterations / 2) : fma_gflops(threads, kFmaProbeIterations);
@@ -182,27 +228,18 @@ void timed_loop_vs_peak(benchmark::State& state, double flops, F&& body, bool bf
 }
 
 /// Times one decode step per iteration on a cache whose `batch` sequences (slots 0…batch−1) hold
-/// `length` tokens: each iteration first truncates them back to length − 1 (untimed) and flushes
-/// the last-level cache, then times `step` (which appends the step's token).
-template <class Cache, class Step>
-void timed_decode_steps(benchmark::State& state, Cache& cache, int64_t batch, int64_t length, Step&& step) {
-  timed_loop(
-      state, true,
-      [&] {
-        for (int64_t b = 0; b < batch; ++b) cache.truncate(b, length - 1);
-      },
-      step);
-}
-/// The same with a per-iteration reference read (see timed_loop_vs_stream).
+/// `length` tokens: each iteration first truncates them back to length − 1 (untimed) and evicts
+/// the bytes `evict` names, then times `step` (which appends the step's token), paired with a
+/// reference read (see timed_loop_vs_stream).
 template <class Cache, class Step, class R>
-void timed_decode_steps(benchmark::State& state, Cache& cache, int64_t batch, int64_t length, Step&& step,
-                        R&& reference) {
+void timed_decode_steps(benchmark::State& state, Cache& cache, int64_t batch, int64_t length, const Evict& evict,
+                        Step&& step, const Evict& evict_reference, R&& reference) {
   timed_loop_vs_stream(
-      state,
+      state, evict,
       [&] {
         for (int64_t b = 0; b < batch; ++b) cache.truncate(b, length - 1);
       },
-      step, reference);
+      step, evict_reference, reference);
 }
 
 /// Collects the median of every entry for the summary tables.

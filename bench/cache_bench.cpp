@@ -80,7 +80,8 @@ void bm_attend_cache(benchmark::State& state, const CacheShape* s, DType dtype) 
   // Each step is paired with a plain read of as many bytes as the cache's K and V (stream_pct).
   const double elem = kv_element_bytes(dtype, s->D);
   float sink = 0.0f;
-  timed_decode_steps(state, cache, s->B, s->L, step, [&] { sink += read_kv_share(d.k, d.v, elem / 4); });
+  timed_decode_steps(state, cache, s->B, s->L, evict_cache(cache, seqs), step, evict_kv(d.k, d.v, elem / 4),
+                     [&] { sink += read_kv_share(d.k, d.v, elem / 4); });
   benchmark::DoNotOptimize(sink);
   state.counters["FLOPS"] = benchmark::Counter(step_flops(*s), benchmark::Counter::kIsIterationInvariantRate);
   state.SetBytesProcessed(static_cast<int64_t>(step_bytes(*s, elem)) * state.iterations());
@@ -112,12 +113,15 @@ void bm_attend_paged(benchmark::State& state, const CacheShape* s, DType dtype) 
   const TensorView o(d.o.data(), {1, s->Hq, s->B, s->D}, {0, s->D, s->Hq * s->D, 1});
   const double elem = kv_element_bytes(dtype, s->D);
   float sink = 0.0f;
+  std::vector<int64_t> seqs;
+  for (const SequenceChunk& c : chunks) seqs.push_back(c.seq);
   timed_loop_vs_stream(
-      state,
+      state, evict_paged(cache, seqs),
       [&] {
         for (const SequenceChunk& c : chunks) cache.truncate(c.seq, s->L - 1);
       },
-      [&] { paged_attention(q, kn, vn, cache, chunks, o); }, [&] { sink += read_kv_share(d.k, d.v, elem / 4); });
+      [&] { paged_attention(q, kn, vn, cache, chunks, o); }, evict_kv(d.k, d.v, elem / 4),
+      [&] { sink += read_kv_share(d.k, d.v, elem / 4); });
   benchmark::DoNotOptimize(sink);
   state.counters["FLOPS"] = benchmark::Counter(step_flops(*s), benchmark::Counter::kIsIterationInvariantRate);
   state.SetBytesProcessed(static_cast<int64_t>(step_bytes(*s, elem)) * state.iterations());
@@ -128,8 +132,9 @@ void bm_onednn_cache(benchmark::State& state, const CacheShape* s) {
   CacheData& d = data(*s);
   OnednnSdpa sdpa({s->B, s->Hq, s->Hkv, 1, s->L, s->D, false});
   float sink = 0.0f;
+  const Evict kv = evict_kv(d.k, d.v);
   timed_loop_vs_stream(
-      state, [] {},
+      state, kv, [] {},
       [&] {
         for (int64_t bh = 0; bh < s->B * s->Hkv; ++bh) {  // append: the new row is the cache's last
           std::memcpy(d.k.data() + (bh * s->L + s->L - 1) * s->D, d.k_new.data() + bh * s->D, sizeof(float) * s->D);
@@ -137,7 +142,7 @@ void bm_onednn_cache(benchmark::State& state, const CacheShape* s) {
         }
         sdpa.run(d.q.data(), d.k.data(), d.v.data(), d.o.data());
       },
-      [&] { sink += read_kv(d.k, d.v); });
+      kv, [&] { sink += read_kv(d.k, d.v); });
   benchmark::DoNotOptimize(sink);
   state.counters["FLOPS"] = benchmark::Counter(step_flops(*s), benchmark::Counter::kIsIterationInvariantRate);
   state.SetBytesProcessed(static_cast<int64_t>(step_bytes(*s, 4)) * state.iterations());

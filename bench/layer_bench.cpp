@@ -61,7 +61,7 @@ double kv_bytes(const LayerShape& s) { return decode(s) ? 2.0 * 4 * s.B * s.hkv 
 // Weights in X·W layout, shared by every impl of a shape.
 struct LayerData {
   const NamedLayer* layer = nullptr;
-  std::vector<float> wq, wk, wv, wo, wqkv, x, y, k_cache, v_cache;
+  KvBuffer wq, wk, wv, wo, wqkv, x, y, k_cache, v_cache;
 };
 
 LayerData& layer_data(const NamedLayer& nl) {
@@ -111,6 +111,18 @@ float read_step_bytes(const LayerData& d, size_t weight_div, size_t kv_div) {
   }
   if (kv_div) total += read_kv(d.k_cache, d.v_cache, kv_div);
   return total;
+}
+
+// The Evict of read_step_bytes' bytes (the same divisors).
+Evict evict_step_bytes(const LayerData& d, size_t weight_div, size_t kv_div) {
+  Evict e;
+  if (weight_div)
+    e.add(d.wqkv.data(), d.wqkv.size() * sizeof(float) / weight_div)
+        .add(d.wo.data(), d.wo.size() * sizeof(float) / weight_div);
+  if (kv_div)
+    e.add(d.k_cache.data(), d.k_cache.size() * sizeof(float) / kv_div)
+        .add(d.v_cache.data(), d.v_cache.size() * sizeof(float) / kv_div);
+  return e;
 }
 
 void counters(benchmark::State& state, const LayerShape& s, double flops, double bytes) {
@@ -170,15 +182,19 @@ void bm_attend_layer(benchmark::State& state, const NamedLayer* nl, DType wdt, D
     KVCache cache = filled_cache(s, d, cache_dtype);
     std::vector<int64_t> seqs(static_cast<size_t>(s.B));
     for (int64_t b = 0; b < s.B; ++b) seqs[static_cast<size_t>(b)] = b;
+    Evict step_bytes = evict_cache(cache, seqs);
+    add_weights(step_bytes, layer);
+    const size_t weight_div = wdt == DType::bf16 ? 2 : 1, kv_div = cache_dtype == DType::f32 ? 1 : 2;
     timed_decode_steps(
-        state, cache, s.B, s.cache_len, [&] { layer.forward_cached(x, act, y, act, s.B, 1, cache, seqs, opt); },
-        [&] { read_step_bytes(d, wdt == DType::bf16 ? 2 : 1, cache_dtype == DType::f32 ? 1 : 2); });
+        state, cache, s.B, s.cache_len, step_bytes,
+        [&] { layer.forward_cached(x, act, y, act, s.B, 1, cache, seqs, opt); },
+        evict_step_bytes(d, weight_div, kv_div), [&] { read_step_bytes(d, weight_div, kv_div); });
   } else if (wdt == DType::f32 || act == DType::bf16) {
     // Compute-bound: paired with the f32 FMA probe (peak_pct), the bf16 layer too, so the two
     // compare at equal machine state (the GFLOP/s shares of one probe).
     timed_loop_vs_peak(state, gemm_flops(s) + attn_flops(s), [&] { layer.forward(x, act, y, act, s.B, s.N, opt); });
   } else {
-    timed_loop(state, false, [&] { layer.forward(x, act, y, act, s.B, s.N, opt); });
+    timed_loop(state, nullptr, [&] { layer.forward(x, act, y, act, s.B, s.N, opt); });
   }
   counters(state, s, gemm_flops(s) + attn_flops(s),
            weight_bytes(s, wdt == DType::bf16 ? 2 : 4) + kv_bytes(s) * (cache_dtype == DType::f32 ? 1.0 : 0.5));
@@ -220,6 +236,11 @@ void bm_attend_tp2(benchmark::State& state, const NamedLayer* nl) {
   }
   std::vector<int64_t> seqs(static_cast<size_t>(s.B));
   for (int64_t b = 0; b < s.B; ++b) seqs[static_cast<size_t>(b)] = b;
+  Evict step_bytes;  // both ranks' caches and weights, each rank evicting a part
+  for (int r = 0; r < kRanks; ++r) {
+    add_weights(step_bytes, layers[static_cast<size_t>(r)]);
+    if (decode(s)) step_bytes.add(evict_cache(caches[static_cast<size_t>(r)], seqs));
+  }
   const size_t n = d.y.size(), half = n / 2;
   std::vector<std::vector<float>> partial(kRanks, std::vector<float>(n));
   auto compute = [&](int r) {
@@ -236,14 +257,14 @@ void bm_attend_tp2(benchmark::State& state, const NamedLayer* nl) {
     const size_t lo = r == 0 ? 0 : half, hi = r == 0 ? half : n;
     for (size_t i = lo; i < hi; ++i) d.y[i] = partial[0][i] + partial[1][i];
   };
-  // Before each step (untimed) each rank truncates its cache back and flushes its part of the
-  // last-level cache itself: an OpenMP region here would leave OpenMP's worker spinning on the
-  // other core while the ranks run.
+  // Before each step (untimed) each rank truncates its cache back and evicts its part of the
+  // step's bytes itself: an OpenMP region here would leave OpenMP's worker spinning on the other
+  // core while the ranks run.
   auto prepare = [&](int r) {
     if (!decode(s)) return;
     KVCache& c = caches[static_cast<size_t>(r)];
     for (int64_t b = 0; b < s.B; ++b) c.truncate(b, s.cache_len - 1);
-    flush_last_level_cache_part(r, kRanks);
+    step_bytes.part(r, kRanks);
   };
   // Rank 1 on a thread of its own; rank 0 on the benchmark's thread. Each pinned to one core.
   const int cores = std::max(1, omp_get_num_procs());
@@ -310,8 +331,10 @@ void bm_onednn_layer(benchmark::State& state, const NamedLayer* nl) {
   const LayerShape& s = nl->s;
   OnednnLayer layer(s, d.wqkv.data(), d.wo.data());
   auto step = [&] { layer.run(d.x.data(), d.y.data(), d.k_cache.data(), d.v_cache.data()); };
+  Evict step_bytes = evict_kv(d.k_cache, d.v_cache);
+  step_bytes.add(layer.weight_ranges());
   if (decode(s))
-    timed_loop_vs_stream(state, step, [&] { read_step_bytes(d, 1, 1); });
+    timed_loop_vs_stream(state, step_bytes, step, evict_step_bytes(d, 1, 1), [&] { read_step_bytes(d, 1, 1); });
   else
     timed_loop_vs_peak(state, gemm_flops(s) + attn_flops(s), step);
   counters(state, s, gemm_flops(s) + attn_flops(s), weight_bytes(s, 4) + kv_bytes(s));
@@ -332,8 +355,10 @@ void bm_attend_gemm(benchmark::State& state, const NamedLayer* nl) {
     qkv.run(d.x.data(), rows.data(), m, 0, scratch);
     o.run(attn.data(), d.y.data(), m, 0, scratch);
   };
+  Evict weights;
+  weights.add(qkv.weight_data(), qkv.weight_bytes()).add(o.weight_data(), o.weight_bytes());
   if (decode(s))
-    timed_loop_vs_stream(state, step, [&] { read_step_bytes(d, 1, 0); });
+    timed_loop_vs_stream(state, weights, step, evict_step_bytes(d, 1, 0), [&] { read_step_bytes(d, 1, 0); });
   else
     timed_loop_vs_peak(state, gemm_flops(s), step);
   counters(state, s, gemm_flops(s), weight_bytes(s, 4));
@@ -358,8 +383,8 @@ void bm_attend_attn(benchmark::State& state, const NamedLayer* nl) {
     std::vector<int64_t> seqs(static_cast<size_t>(s.B));
     for (int64_t b = 0; b < s.B; ++b) seqs[static_cast<size_t>(b)] = b;
     timed_decode_steps(
-        state, cache, s.B, s.cache_len, [&] { cached_attention(q, k, v, cache, seqs, o); },
-        [&] { read_step_bytes(d, 0, 1); });
+        state, cache, s.B, s.cache_len, evict_cache(cache, seqs), [&] { cached_attention(q, k, v, cache, seqs, o); },
+        evict_step_bytes(d, 0, 1), [&] { read_step_bytes(d, 0, 1); });
   } else {
     SdpaOptions opt;
     opt.causal = true;

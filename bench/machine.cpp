@@ -1,5 +1,6 @@
 #include "machine.hpp"
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <omp.h>
 
@@ -16,7 +17,7 @@ namespace attend::bench {
 size_t flush_mib() {
   static const size_t mib = [] {
     const char* e = std::getenv("ATTEND_BENCH_FLUSH_MIB");
-    if (!e || !*e) return kDefaultFlushMiB;
+    if (!e || !*e) return size_t{0};
     char* end = nullptr;
     const long v = std::strtol(e, &end, 10);
     if (*end != '\0' || v < 1 || v > (1L << 20)) {
@@ -29,28 +30,80 @@ size_t flush_mib() {
   return mib;
 }
 
+std::string eviction_name() {
+  return flush_mib() ? "write flush of " + std::to_string(flush_mib()) + " MiB (ATTEND_BENCH_FLUSH_MIB)"
+                     : "clflushopt of each decode entry's own bytes";
+}
+
 namespace {
+
 std::vector<float>& flush_buffer() {
   static std::vector<float> buffer(flush_mib() << 18);
   return buffer;
 }
-}  // namespace
 
-void flush_last_level_cache() {
-  std::vector<float>& buffer = flush_buffer();
-  static float value = 0.0f;
-  value += 1.0f;
-  const int64_t n = static_cast<int64_t>(buffer.size());
-  float* p = buffer.data();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i += 16) p[i] = value;  // one write per cache line
+// One line of every 64 bytes of floats [lo, hi) of the flush buffer written.
+void write_flush(int64_t lo, int64_t hi) {
+  float* p = flush_buffer().data();
+  for (int64_t i = lo / 16 * 16; i < hi; i += 16) p[i] += 1.0f;
 }
 
-void flush_last_level_cache_part(int part, int parts) {
-  std::vector<float>& buffer = flush_buffer();
-  const int64_t n = static_cast<int64_t>(buffer.size()), lo = n * part / parts / 16 * 16, hi = n * (part + 1) / parts;
-  float* p = buffer.data();
-  for (int64_t i = lo; i < hi; i += 16) p[i] += 1.0f;  // one write per cache line
+bool has_clflushopt() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (b & (1u << 23));
+}
+
+__attribute__((target("clflushopt"))) void clflushopt_lines(const char* p, const char* end) {
+  for (; p < end; p += 64) _mm_clflushopt(const_cast<char*>(p));
+}
+void clflush_lines(const char* p, const char* end) {
+  for (; p < end; p += 64) _mm_clflush(p);
+}
+
+}  // namespace
+
+Evict& Evict::add(const void* data, size_t bytes) {
+  if (data && bytes) {
+    ranges_.emplace_back(data, bytes);
+    bytes_ += bytes;
+  }
+  return *this;
+}
+
+Evict& Evict::add(const std::vector<std::pair<const void*, size_t>>& ranges) {
+  for (const auto& [p, n] : ranges) add(p, n);
+  return *this;
+}
+
+void Evict::part(int part, int parts) const {
+  if (flush_mib()) {
+    const auto n = static_cast<int64_t>(flush_buffer().size());
+    return write_flush(n * part / parts, n * (part + 1) / parts);
+  }
+  // Bytes [lo, hi) of the ranges laid end to end; each range's lines from its first.
+  static const bool opt = has_clflushopt();
+  const size_t lo = bytes_ * static_cast<size_t>(part) / static_cast<size_t>(parts);
+  const size_t hi = bytes_ * static_cast<size_t>(part + 1) / static_cast<size_t>(parts);
+  size_t at = 0;
+  for (const auto& [data, n] : ranges_) {
+    const size_t b = std::max(at, lo), e = std::min(at + n, hi);
+    if (b < e) {
+      const auto* base = static_cast<const char*>(data);
+      const auto line = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(base + (b - at)) & ~uintptr_t{63});
+      (opt ? clflushopt_lines : clflush_lines)(line, base + (e - at));
+    }
+    at += n;
+  }
+  _mm_mfence();  // the write-backs done before anything is timed
+}
+
+void Evict::operator()() const {
+  if (!flush_mib() && bytes_ == 0) {
+    std::fprintf(stderr, "attend-bench: a decode entry named no bytes to evict\n");
+    std::exit(2);
+  }
+#pragma omp parallel
+  part(omp_get_thread_num(), omp_get_num_threads());
 }
 
 float stream_read(const float* data, size_t floats, int threads) {

@@ -4,25 +4,47 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace attend::bench {
 
-/// The flush's size when ATTEND_BENCH_FLUSH_MIB is not set: 4× a 32 MiB L3. A machine with more
-/// cache (a 3D V-Cache part) needs more. On the 2-core EPYC VMs this project runs on (sysfs: a
-/// 32 MiB L3) data re-read after 128–384 MiB of other traffic still came at 58–75 GB/s, against 36
-/// from DRAM after 512 MiB or more; yet a 512 MiB flush moved no decode share beyond the machine's
-/// swings and doubled the bench's time (docs/performance.md, session 28).
-constexpr size_t kDefaultFlushMiB = 128;
-/// The flush's size in MiB: ATTEND_BENCH_FLUSH_MIB (a whole number ≥ 1; a bad value exits with a
-/// message), else kDefaultFlushMiB.
-size_t flush_mib();
+/// The bytes a decode entry streams (its K/V, a cache's storage, a layer's packed weights; and,
+/// separately, the bytes its paired reference read streams). Before each timed call `evict()`
+/// writes back and drops every line of them from every cache level (clflushopt): the call reads
+/// them from DRAM whatever the size of the last-level cache, as a multi-layer decode does (every
+/// layer's K/V and weights come from DRAM), and nothing else is disturbed. The earlier way — write
+/// a line of every 64 bytes of a 128 MiB buffer — left data in a larger L3 (an AMX Xeon's 480 MiB)
+/// and the flush's own dirty lines in the caches, whose write-backs slowed the reads after it (that
+/// machine's f32 cache D1 reference read: 27.7 GB/s after it, 30.8 after clflushopt);
+/// ATTEND_BENCH_FLUSH_MIB=N still selects it (N MiB), for comparisons with runs before.
+class Evict {
+ public:
+  Evict& add(const void* data, size_t bytes);
+  template <class Vec>
+  Evict& add_all(const Vec& v) {
+    return add(v.data(), v.size() * sizeof(v[0]));
+  }
+  Evict& add(const std::vector<std::pair<const void*, size_t>>& ranges);
+  Evict& add(const Evict& other) { return add(other.ranges_); }
+  /// Every line, on all OpenMP threads (or the write flush when ATTEND_BENCH_FLUSH_MIB is set).
+  void operator()() const;
+  /// Part `part` of `parts` of the same, on the calling thread alone (no OpenMP region: for threads
+  /// of the caller's own that must not wake OpenMP's spinning workers).
+  void part(int part, int parts) const;
+  size_t bytes() const { return bytes_; }
 
-/// Writes a line of every 64 bytes of a flush_mib() buffer so the caches hold none of the
-/// benchmark's data (what a multi-layer decode sees: every layer's K/V comes from DRAM).
-void flush_last_level_cache();
-/// Part `part` of `parts` of the same flush, on the calling thread alone (no OpenMP region: for
-/// threads of the caller's own that must not wake OpenMP's spinning workers).
-void flush_last_level_cache_part(int part, int parts);
+ private:
+  std::vector<std::pair<const void*, size_t>> ranges_;
+  size_t bytes_ = 0;
+};
+
+/// The write flush's size in MiB (ATTEND_BENCH_FLUSH_MIB, a whole number ≥ 1; a bad value exits
+/// with a message), 0 when unset: Evict's clflushopt.
+size_t flush_mib();
+/// How decode entries empty the caches, for the bench's context.
+std::string eviction_name();
 
 /// Sums `floats` floats with all threads, vectorised, and returns the sum (so it is not elided).
 /// Timed, this is the plain streaming read the decode kernels are compared with.

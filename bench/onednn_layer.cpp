@@ -96,5 +96,9 @@ OnednnLayer::OnednnLayer(const LayerShape& s, const float* w_qkv, const float* w
     : impl_(std::make_unique<Impl>(s, w_qkv, w_o)) {}
 OnednnLayer::~OnednnLayer() = default;
 void OnednnLayer::run(const float* x, float* y, float* k_cache, float* v_cache) { impl_->run(x, y, k_cache, v_cache); }
+std::vector<std::pair<const void*, size_t>> OnednnLayer::weight_ranges() const {
+  return {{impl_->w_qkv.get_data_handle(), impl_->w_qkv.get_desc().get_size()},
+          {impl_->w_o.get_data_handle(), impl_->w_o.get_desc().get_size()}};
+}
 
 }  // namespace attend::bench

@@ -4,8 +4,11 @@
 // a dense f32 KV cache [B, Hkv, L, D] the new token's K/V are copied into. All f32.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <utility>
+#include <vector>
 
 namespace attend::bench {
 
@@ -22,6 +25,8 @@ class OnednnLayer {
   /// x [B, N, dm] → y [B, N, dm]. Decode: k_cache/v_cache [B, hkv, cache_len, hd] (the last row is
   /// overwritten with the new token's K/V).
   void run(const float* x, float* y, float* k_cache, float* v_cache);
+  /// The packed weights (address, bytes): what a decode step streams besides the cache.
+  std::vector<std::pair<const void*, size_t>> weight_ranges() const;
 
  private:
   struct Impl;

@@ -451,15 +451,18 @@ void bm_paged_decode(benchmark::State& state, int64_t block_tokens) {
   chunks.push_back({w.last, 1});
   const Trace& t = Trace::get();
   float sink = 0.0f;
+  auto restore = [&] {
+    if (w.cache->length(w.last) == t.last_length) return;
+    for (size_t i = 0; i < w.decoders.size(); ++i) w.cache->truncate(w.decoders[i], t.lengths[i]);
+    w.cache->truncate(w.last, t.last_length);
+  };
+  restore();
+  std::vector<int64_t> seqs;
+  for (const SequenceChunk& c : chunks) seqs.push_back(c.seq);
   timed_loop_vs_stream(
-      state,
-      [&] {
-        if (w.cache->length(w.last) == t.last_length) return;
-        for (size_t i = 0; i < w.decoders.size(); ++i) w.cache->truncate(w.decoders[i], t.lengths[i]);
-        w.cache->truncate(w.last, t.last_length);
-      },
+      state, evict_paged(*w.cache, seqs), restore,
       [&] { paged_attention(d.qv(0, kSeqs), d.kv(0, kSeqs), d.vv(0, kSeqs), *w.cache, chunks, d.ov(0, kSeqs)); },
-      [&] { sink += read_kv(ref.k, ref.v); });
+      evict_kv(ref.k, ref.v), [&] { sink += read_kv(ref.k, ref.v); });
   for (size_t i = 0; i < w.decoders.size(); ++i) w.cache->truncate(w.decoders[i], t.lengths[i]);
   w.cache->truncate(w.last, t.last_length);
   benchmark::DoNotOptimize(sink);
@@ -483,8 +486,10 @@ void bm_slots_decode(benchmark::State& state) {
     for (int64_t i = 0; i < kDecoders; ++i) w.cache->truncate(i, t.lengths[static_cast<size_t>(i)]);
     w.cache->truncate(kSeqs, t.last_length);
   };
+  restore();
   timed_loop_vs_stream(
-      state, restore, [&] { cached_attention(q, k, v, *w.cache, seqs, o); }, [&] { sink += read_kv(ref.k, ref.v); });
+      state, evict_cache(*w.cache, seqs), restore, [&] { cached_attention(q, k, v, *w.cache, seqs, o); },
+      evict_kv(ref.k, ref.v), [&] { sink += read_kv(ref.k, ref.v); });
   restore();
   benchmark::DoNotOptimize(sink);
   decode_counters(state);

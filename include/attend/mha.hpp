@@ -18,6 +18,10 @@
 
 namespace attend {
 
+namespace detail {
+struct MhaAccess;
+}
+
 /// How a projection matrix is laid out in memory.
 enum class WeightLayout {
   out_in,  ///< [out, in] row-major: PyTorch nn.Linear.weight (y = x·Wᵀ)
@@ -209,6 +213,7 @@ class ATTEND_API MultiHeadAttention {
 
  private:
   struct Impl;
+  friend struct detail::MhaAccess;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -132,6 +132,9 @@ const float* KVCacheAccess::key_scales(const KVCache& c, int64_t seq) { return c
 const float* KVCacheAccess::value_scales(const KVCache& c, int64_t seq) { return c.impl_->store.value_scales(seq); }
 int64_t KVCacheAccess::length(const KVCache& c, int64_t seq) { return c.impl_->lengths[static_cast<size_t>(seq)]; }
 std::atomic<int>& KVCacheAccess::use_state(const KVCache& c) { return c.impl_->use; }
+void KVCacheAccess::storage_ranges(const KVCache& c, int64_t seq, std::vector<std::pair<const void*, size_t>>& out) {
+  c.impl_->store.page_ranges(seq, c.impl_->lengths[static_cast<size_t>(seq)], out);
+}
 void KVCacheAccess::set_length(KVCache& c, int64_t seq, int64_t length) {
   c.impl_->lengths[static_cast<size_t>(seq)] = length;
 }

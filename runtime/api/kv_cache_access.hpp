@@ -4,6 +4,8 @@
 #include <atomic>
 #include <attend/kv_cache.hpp>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "../context/internal_api.hpp"
 #include "../kernels/kernel_table.hpp"
@@ -23,6 +25,9 @@ struct ATTEND_INTERNAL KVCacheAccess {
   /// null for other types.
   static const float* key_scales(const KVCache& c, int64_t seq);
   static const float* value_scales(const KVCache& c, int64_t seq);
+  /// Where `seq`'s tokens lie in the storage (every kv head: K, V, an i8 cache's scales), appended to
+  /// `out` as (address, bytes): what a decode over `seq` reads.
+  static void storage_ranges(const KVCache& c, int64_t seq, std::vector<std::pair<const void*, size_t>>& out);
   static void set_length(KVCache& c, int64_t seq, int64_t length);
   /// Tokens of `seq` (no range check: callers validated).
   static int64_t length(const KVCache& c, int64_t seq);

@@ -12,6 +12,7 @@
 #include "../gemm/onednn_matmul.hpp"
 #include "attention_call.hpp"
 #include "kv_cache_access.hpp"
+#include "mha_access.hpp"
 #include "paged_step.hpp"
 
 namespace attend {
@@ -709,6 +710,13 @@ void add_sinusoidal_positions(float* x, int64_t batch, int64_t tokens, int64_t d
       for (int64_t b = 0; b < batch; ++b) x[(b * tokens + t) * d_model + i] += pe;
     }
   }
+}
+
+void detail::MhaAccess::weight_ranges(const MultiHeadAttention& layer,
+                                      std::vector<std::pair<const void*, size_t>>& out) {
+  const MultiHeadAttention::Impl& s = *layer.impl_;
+  for (const auto* l : {&s.qkv, &s.q, &s.kv, &s.o})
+    if (*l) out.emplace_back((*l)->weight_data(), (*l)->weight_bytes());
 }
 
 }  // namespace attend

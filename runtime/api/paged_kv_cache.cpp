@@ -244,6 +244,17 @@ std::vector<int32_t> detail::PagedKVCacheAccess::block_table(const PagedKVCache&
     return q.blocks;
   });
 }
+void detail::PagedKVCacheAccess::storage_ranges(const PagedKVCache& c, int64_t seq,
+                                                std::vector<std::pair<const void*, size_t>>& out) {
+  const PagedKVCache::Impl& s = *c.impl_;
+  s.read("PagedKVCacheAccess::storage_ranges", seq, [&](const PagedKVCache::Impl::Seq& q) {
+    std::lock_guard<std::mutex> lock(s.pool_mutex);
+    const int64_t length = q.length.load();
+    for (size_t i = 0; i < q.blocks.size(); ++i)
+      s.store.page_ranges(q.blocks[i], std::min(s.bt(), length - static_cast<int64_t>(i) * s.bt()), out);
+    return 0;
+  });
+}
 PagedKVCache::PagedKVCache(PagedKVCache&&) noexcept = default;
 PagedKVCache& PagedKVCache::operator=(PagedKVCache&&) noexcept = default;
 

@@ -281,4 +281,18 @@ void KvStore::copy_token(int64_t from, int64_t from_index, int64_t to, int64_t t
   }
 }
 
+void KvStore::page_ranges(int64_t page, int64_t tokens, std::vector<std::pair<const void*, size_t>>& out) const {
+  if (tokens <= 0 || !keys_) return;
+  const auto blocked = static_cast<size_t>((tokens + kernels::kKeyBlock - 1) / kernels::kKeyBlock * kernels::kKeyBlock);
+  const auto rows = static_cast<size_t>(tokens);
+  for (int64_t h = 0; h < kv_heads_; ++h) {
+    out.emplace_back(keys_ + k_at(page, h), blocked * static_cast<size_t>(head_dim_) * element_bytes_);
+    out.emplace_back(values_ + v_at(page, h), rows * static_cast<size_t>(value_dim_) * element_bytes_);
+    if (k_scales_) {
+      out.emplace_back(k_scales_ + scale_at(page, h), rows * sizeof(float));
+      out.emplace_back(v_scales_ + scale_at(page, h), rows * sizeof(float));
+    }
+  }
+}
+
 }  // namespace attend::detail

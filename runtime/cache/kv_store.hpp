@@ -8,6 +8,8 @@
 #include <attend/dtype.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "../context/internal_api.hpp"
 #include "../kernels/kernel_table.hpp"
@@ -47,6 +49,10 @@ class ATTEND_INTERNAL KvStore {
   const float* key_scales(int64_t page) const { return k_scales_ ? k_scales_ + scale_at(page, 0) : nullptr; }
   const float* value_scales(int64_t page) const { return v_scales_ ? v_scales_ + scale_at(page, 0) : nullptr; }
 
+  /// Where the first `tokens` tokens of `page` lie, every kv head (K, V, an i8 store's scales):
+  /// appended to `out` as (address, bytes), one range per head and part. What a decode of those
+  /// tokens reads (the bench evicts exactly these lines before it times one).
+  void page_ranges(int64_t page, int64_t tokens, std::vector<std::pair<const void*, size_t>>& out) const;
   /// Writes `count` tokens of kv head `head` at in-page index `index` on: token t's K row (head_dim
   /// elements of type `src`) at k + t·k_stride, its V row (value_dim) at v + t·v_stride (strides in
   /// elements), converted to the storage type (round to nearest even).

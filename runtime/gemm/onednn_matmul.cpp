@@ -354,6 +354,7 @@ Linear& Linear::operator=(Linear&&) noexcept = default;
 int64_t Linear::in() const { return impl_->in; }
 int64_t Linear::out() const { return impl_->out; }
 size_t Linear::weight_bytes() const { return impl_->packed_md.get_size(); }
+const void* Linear::weight_data() const { return impl_->weights.get_data_handle(); }
 std::string Linear::implementation(int64_t m) const {
   const Impl& s = *impl_;
   std::string name;

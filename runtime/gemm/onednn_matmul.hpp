@@ -56,6 +56,8 @@ class Linear {
   int64_t out() const;
   /// Bytes of the packed weights.
   size_t weight_bytes() const;
+  /// The packed weights (weight_bytes() of them): what a decode step streams (the bench evicts them).
+  const void* weight_data() const;
   /// oneDNN's name of the implementation used for `m` rows (for reports).
   std::string implementation(int64_t m) const;
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../../runtime/api/kv_cache_access.hpp"
+#include "../../runtime/api/paged_kv_cache_access.hpp"
 #include "../reference/reference_attention.hpp"
 #include "../test_tensors.hpp"
 #include "cache_test_params.hpp"
@@ -284,6 +285,89 @@ TEST(CacheStorage, LargePoolsStartOnA2MiBPage) {
     KVCache moved = std::move(big);  // the mapping moves with it (freed once, by `moved`)
     EXPECT_EQ(moved.length(0), n);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(detail::KVCacheAccess::keys(moved, 0)), base);
+  }
+}
+
+// storage_ranges (what the bench evicts before it times a decode step) names the bytes decode
+// reads: one K range (whole 16-token blocks), one V range and, for i8, two scale ranges per kv head
+// and page, disjoint, as many bytes as the tokens take. Filling every other byte between them with
+// 0xFF (NaN in f32/bf16/f16 elements and scales) leaves a decode step's output bitwise the same.
+using Ranges = std::vector<std::pair<const void*, size_t>>;
+
+void poison_between(Ranges r) {
+  std::sort(r.begin(), r.end());
+  for (size_t i = 0; i + 1 < r.size(); ++i) {
+    auto* end = static_cast<unsigned char*>(const_cast<void*>(r[i].first)) + r[i].second;
+    auto* next = static_cast<unsigned char*>(const_cast<void*>(r[i + 1].first));
+    ASSERT_LE(end, next) << "ranges overlap";
+    std::memset(end, 0xFF, static_cast<size_t>(next - end));
+  }
+}
+
+size_t range_bytes(const Ranges& r) {
+  size_t n = 0;
+  for (const auto& x : r) n += x.second;
+  return n;
+}
+
+TEST(CacheStorage, RangesAreWhatDecodeReads) {
+  constexpr int64_t H = 2, G = 2, D = 32, n = 45;  // 46 tokens after the step: 3 K blocks of 16
+  std::mt19937 rng(9);
+  const std::vector<float> k = random_values(rng, H * n * D), v = random_values(rng, H * n * D);
+  const std::vector<float> q = random_values(rng, H * G * D), kn = random_values(rng, H * D),
+                           vn = random_values(rng, H * D);
+  const auto kv = [&](const std::vector<float>& x, int64_t tokens) {
+    return TensorView::dense(x.data(), {1, H, tokens, D});
+  };
+  const auto qv = TensorView::dense(q.data(), {1, H * G, 1, D});
+  for (DType dt : {DType::f32, DType::bf16, DType::i8}) {
+    SCOPED_TRACE(dtype_name(dt));
+    const size_t elem = dtype_size(dt), scales = dt == DType::i8 ? 2 * 4 * (n + 1) : 0;
+    const size_t want = H * ((n + 1 + 15) / 16 * 16 * D * elem + (n + 1) * D * elem + scales);
+    {  // the slot cache: sequence 1 of 3
+      KVCache cache({H, D, 3, 64, dt});
+      for (int64_t s = 0; s < 3; ++s) cache.append(s, kv(k, n), kv(v, n));
+      const std::vector<int64_t> seqs{1};
+      std::vector<float> before(q.size()), after(q.size());
+      auto step = [&](std::vector<float>& o) {
+        cached_attention(qv, kv(kn, 1), kv(vn, 1), cache, seqs, TensorView::dense(o.data(), {1, H * G, 1, D}));
+      };
+      step(before);
+      Ranges r;
+      detail::KVCacheAccess::storage_ranges(cache, 1, r);
+      EXPECT_EQ(r.size(), static_cast<size_t>(H * (dt == DType::i8 ? 4 : 2)));
+      EXPECT_EQ(range_bytes(r), want);
+      cache.truncate(1, n);
+      poison_between(r);
+      step(after);
+      EXPECT_EQ(std::memcmp(before.data(), after.data(), sizeof(float) * before.size()), 0);
+    }
+    {  // the paged cache of 16-token blocks, two sequences' blocks interleaved
+      PagedKVCache cache({H, D, 12, 16, dt});
+      const int64_t a = cache.create_sequence(), b = cache.create_sequence();
+      for (int64_t t = 0; t < n; t += 16) {
+        const int64_t m = std::min<int64_t>(16, n - t);
+        const TensorView::Dims st{0, n * D, D, 1};
+        cache.append(a, TensorView(k.data() + t * D, {1, H, m, D}, st), TensorView(v.data() + t * D, {1, H, m, D}, st));
+        cache.append(b, TensorView(v.data() + t * D, {1, H, m, D}, st), TensorView(k.data() + t * D, {1, H, m, D}, st));
+      }
+      const SequenceChunk chunk{a, 1};
+      std::vector<float> before(q.size()), after(q.size());
+      auto step = [&](std::vector<float>& o) {
+        paged_attention(qv, kv(kn, 1), kv(vn, 1), cache, std::span(&chunk, 1),
+                        TensorView::dense(o.data(), {1, H * G, 1, D}));
+      };
+      step(before);
+      Ranges r;
+      detail::PagedKVCacheAccess::storage_ranges(cache, a, r);
+      EXPECT_EQ(r.size(), static_cast<size_t>(3 * H * (dt == DType::i8 ? 4 : 2)));
+      EXPECT_EQ(range_bytes(r), want);
+      cache.truncate(a, n);
+      poison_between(r);
+      step(after);
+      EXPECT_EQ(std::memcmp(before.data(), after.data(), sizeof(float) * before.size()), 0);
+      EXPECT_THROW(detail::PagedKVCacheAccess::storage_ranges(cache, 99, r), Error);
+    }
   }
 }
 

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "../../runtime/api/mha_access.hpp"
 #include "../../runtime/numeric/convert.hpp"
 #include "../reference/reference_layer.hpp"
 #include "../test_tensors.hpp"
@@ -833,6 +834,25 @@ TEST(KVCache, SizesAndBadArguments) {
   EXPECT_THROW(f32.length(4), Error);
   EXPECT_THROW(f32.truncate(0, 1), Error);
   EXPECT_THROW(f32.reset(-1), Error);
+}
+
+// The packed weights' ranges (what the bench evicts before it times a decode step): every
+// projection's, disjoint, weight_bytes() in all, fused or not, f32 or bf16.
+TEST(Layer, WeightRangesAreThePackedWeights) {
+  Model m(gqa_rope());
+  for (DType wdt : {DType::f32, DType::bf16})
+    for (bool cross : {false, true}) {
+      const MultiHeadAttention layer = m.layer(wdt, cross);
+      std::vector<std::pair<const void*, size_t>> r;
+      detail::MhaAccess::weight_ranges(layer, r);
+      EXPECT_EQ(r.size(), cross ? 3u : 2u);  // QKV + O, or Q, KV and O
+      size_t total = 0;
+      for (const auto& x : r) total += x.second;
+      EXPECT_EQ(total, layer.weight_bytes());
+      std::sort(r.begin(), r.end());
+      for (size_t i = 0; i + 1 < r.size(); ++i)
+        EXPECT_LE(static_cast<const char*>(r[i].first) + r[i].second, static_cast<const char*>(r[i + 1].first));
+    }
 }
 
 TEST(Layer, InvalidConfigurationsAndCalls) {
