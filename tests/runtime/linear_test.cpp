@@ -165,6 +165,31 @@ TEST(Linear, SixteenBitActivations) {
     }
 }
 
+// Packed weights of 2 MiB or more start on a 2 MiB page (transparent huge pages can back them all:
+// a decode step streams them) and compute the same product; smaller ones are oneDNN's allocation.
+TEST(Linear, LargeWeightsStartOnA2MiBPage) {
+  constexpr int64_t in = 1024, out = 768;  // 3 MiB in f32, 1.5 MiB in bf16
+  std::mt19937 rng(4);
+  std::vector<float> w(static_cast<size_t>(in * out));
+  for (float& v : w) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+  const Linear f32(w.data(), false, in, out, nullptr, WeightType::f32);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(f32.weight_data()) % (uintptr_t{2} << 20), 0u);
+  const Linear bf16(w.data(), false, in, out, nullptr, WeightType::bf16);
+  EXPECT_NE(bf16.weight_data(), nullptr);
+  std::vector<float> x(static_cast<size_t>(3 * in)), y(static_cast<size_t>(3 * out));
+  for (float& v : x) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+  Scratch scratch;
+  f32.run(x.data(), y.data(), 3, 2, scratch.get(f32.scratch_floats(3)));
+  double worst = 0;
+  for (int64_t r = 0; r < 3; ++r)
+    for (int64_t c = 0; c < out; ++c) {
+      double want = 0;
+      for (int64_t i = 0; i < in; ++i) want += static_cast<double>(x[r * in + i]) * w[i * out + c];
+      worst = std::max(worst, std::abs(want - y[r * out + c]));
+    }
+  EXPECT_LT(worst, 1e-3);
+}
+
 // Widened bf16 weights hold half the values' bits but twice the bytes; the native path is reported
 // as what it is.
 TEST(Linear, WeightBytesAndImplementation) {
