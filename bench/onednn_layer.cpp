@@ -4,6 +4,7 @@
 #include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "onednn_sdpa.hpp"
 
 namespace attend::bench {
@@ -18,16 +19,18 @@ struct OnednnLayer::Impl {
   dnnl::stream strm{eng};
   int64_t C = 0, M = 0;
   dnnl::matmul qkv_mm, o_mm;
+  KvBuffer w_qkv_pages, w_o_pages;  // the packed weights' storage: 2 MiB pages, as attend's
   memory w_qkv, w_o, qkv, q_dense, k_dense, v_dense, o_dense, attn;
   dnnl::reorder q_tr, k_tr, v_tr, o_tr;
   memory q_view, k_view, v_view, o_view;
   std::unique_ptr<OnednnSdpa> sdpa;
 
-  dnnl::matmul make_mm(int64_t m, int64_t k, int64_t n, const float* w, memory& packed) {
+  dnnl::matmul make_mm(int64_t m, int64_t k, int64_t n, const float* w, KvBuffer& pages, memory& packed) {
     memory::desc src({m, k}, dt::f32, tag::ab), dst({m, n}, dt::f32, tag::ab), wany({k, n}, dt::f32, tag::any);
     auto pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wany, dst), eng);
     memory user({{k, n}, dt::f32, tag::ab}, eng, const_cast<float*>(w));
-    packed = memory(pd.weights_desc(), eng);
+    pages.resize((pd.weights_desc().get_size() + sizeof(float) - 1) / sizeof(float));
+    packed = memory(pd.weights_desc(), eng, pages.data());
     dnnl::reorder(user, packed).execute(strm, user, packed);
     return dnnl::matmul(pd);
   }
@@ -35,8 +38,8 @@ struct OnednnLayer::Impl {
   Impl(const LayerShape& shape, const float* wqkv, const float* wo) : s(shape) {
     C = (s.hq + 2 * s.hkv) * s.hd;
     M = s.B * s.N;
-    qkv_mm = make_mm(M, s.dm, C, wqkv, w_qkv);
-    o_mm = make_mm(M, s.hq * s.hd, s.dm, wo, w_o);
+    qkv_mm = make_mm(M, s.dm, C, wqkv, w_qkv_pages, w_qkv);
+    o_mm = make_mm(M, s.hq * s.hd, s.dm, wo, w_o_pages, w_o);
     qkv = memory({{M, C}, dt::f32, tag::ab}, eng);
     attn = memory({{M, s.hq * s.hd}, dt::f32, tag::ab}, eng);
     float* base = static_cast<float*>(qkv.get_data_handle());

@@ -1,7 +1,8 @@
 // The attention layer a user would write with oneDNN 2.6 primitives: a fused QKV matmul, reorders
 // from the projection's [B, N, H, D] to the [B, H, N, D] the unfused attention baseline needs,
 // OnednnSdpa (matmul → mask add → softmax → matmul), a reorder back, the output matmul. Decode keeps
-// a dense f32 KV cache [B, Hkv, L, D] the new token's K/V are copied into. All f32.
+// a dense f32 KV cache [B, Hkv, L, D] the new token's K/V are copied into. All f32; the packed
+// weights in 2 MiB pages, as attend's (and the cache, the bench's KvBuffer).
 #pragma once
 
 #include <cstddef>
