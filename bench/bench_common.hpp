@@ -78,21 +78,11 @@ Out from_bf16(const Vec& x) {
   return r;
 }
 
-/// A plain vectorised read of K and V on all OpenMP threads: stream/read's body and the decode
-/// entries' per-call reference. `divisor` reads the first 1/divisor of each (2: the bytes of a
-/// 16-bit cache holding the same elements).
+/// The Evict of a dense K and V (sdpa's inputs, the oneDNN baseline's cache).
 template <class Vec>
-float read_kv(const Vec& k, const Vec& v, size_t divisor = 1) {
-  const int threads = omp_get_max_threads();
-  return stream_read(k.data(), k.size() / divisor, threads) + stream_read(v.data(), v.size() / divisor, threads);
-}
-/// The Evict of a K and a V buffer (read_kv's bytes, a dense K/V input's), or of the first `share`
-/// of each (read_kv_share's).
-template <class Vec>
-Evict evict_kv(const Vec& k, const Vec& v, double share = 1.0) {
-  const auto n = static_cast<size_t>(static_cast<double>(k.size() * sizeof(k[0])) * share);
+Evict evict_kv(const Vec& k, const Vec& v) {
   Evict e;
-  e.add(k.data(), n).add(v.data(), n);
+  e.add_all(k).add_all(v);
   return e;
 }
 /// The Evict of sequences of a cache: their tokens' storage, every kv head (what a decode over them
@@ -119,14 +109,6 @@ inline Evict& add_weights(Evict& e, const attend::MultiHeadAttention& layer) {
   attend::detail::MhaAccess::weight_ranges(layer, r);
   return e.add(r);
 }
-/// read_kv of the first `share` (0 < share ≤ 1) of each: an i8 cache's bytes (elements and scales).
-template <class Vec>
-float read_kv_share(const Vec& k, const Vec& v, double share) {
-  const int threads = omp_get_max_threads();
-  const auto n = static_cast<size_t>(static_cast<double>(k.size()) * share);
-  return stream_read(k.data(), n, threads) + stream_read(v.data(), n, threads);
-}
-
 /// Bytes one element of a KV cache of type t takes, its scales included (i8: one f32 per token row
 /// of `head_dim` elements).
 inline double kv_element_bytes(attend::DType t, int64_t head_dim) {
@@ -227,19 +209,28 @@ void timed_loop_vs_peak(benchmark::State& state, double flops, F&& body, bool bf
       "peak_pct");
 }
 
+/// timed_loop_vs_stream whose reference is a plain read of exactly the bytes the call streams, where
+/// they lie (`bytes`, Evict::read): a cache's storage, a layer's packed weights.
+template <class Prepare, class F>
+void timed_loop_vs_own_bytes(benchmark::State& state, const Evict& bytes, Prepare&& prepare, F&& body) {
+  uint32_t sink = 0;
+  timed_loop_vs_stream(state, bytes, prepare, body, bytes, [&] { sink ^= bytes.read(); });
+  benchmark::DoNotOptimize(sink);
+}
+
 /// Times one decode step per iteration on a cache whose `batch` sequences (slots 0…batch−1) hold
 /// `length` tokens: each iteration first truncates them back to length − 1 (untimed) and evicts
-/// the bytes `evict` names, then times `step` (which appends the step's token), paired with a
-/// reference read (see timed_loop_vs_stream).
-template <class Cache, class Step, class R>
-void timed_decode_steps(benchmark::State& state, Cache& cache, int64_t batch, int64_t length, const Evict& evict,
-                        Step&& step, const Evict& evict_reference, R&& reference) {
-  timed_loop_vs_stream(
-      state, evict,
+/// the bytes `bytes` names, then times `step` (which appends the step's token), paired with a
+/// plain read of those bytes (timed_loop_vs_own_bytes).
+template <class Cache, class Step>
+void timed_decode_steps(benchmark::State& state, Cache& cache, int64_t batch, int64_t length, const Evict& bytes,
+                        Step&& step) {
+  timed_loop_vs_own_bytes(
+      state, bytes,
       [&] {
         for (int64_t b = 0; b < batch; ++b) cache.truncate(b, length - 1);
       },
-      step, evict_reference, reference);
+      step);
 }
 
 /// Collects the median of every entry for the summary tables.

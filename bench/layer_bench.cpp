@@ -1,13 +1,13 @@
 // layer/<impl>/<shape>: the whole attention layer, impl ∈ {attend, attend-bf16w, attend-bf16, onednn, attend-tp2}, plus
 // layer/attend-gemm (attend's projection GEMMs alone) and layer/attend-attn (its attention alone),
 // so the summary can show the layer costs no more than its parts (no hidden copies).
-// Decode entries also time a plain read of the bytes they stream (weights + cached K/V) right
-// after every call (timed_loop_vs_stream): their `stream_pct` gives the ratios at equal bandwidth,
+// Decode entries also time a plain read of the bytes they stream (packed weights + cached K/V, where
+// they lie) right after every call (timed_loop_vs_own_bytes): their `stream_pct` gives the ratios at equal bandwidth,
 // which the machine's swinging bandwidth blurs in ratios of separately timed medians. The f32
 // prefill entries likewise run an FMA probe after every call (timed_loop_vs_peak, `peak_pct`).
 // L1: prefill d_model 4096, 32 heads, 8 kv heads, head_dim 128, N = 512, causal; L2: d_model 1024,
 // 16 heads, N = 2048, causal; L3: one decode step with L1's config over a 4096-token cache, B = 1;
-// L4: the same at B = 8 over 2048 tokens. Decode shapes flush the last-level cache every iteration.
+// L4: the same at B = 8 over 2048 tokens. Decode shapes evict the bytes they stream (cache, weights) every iteration.
 #include <sched.h>
 
 #include <atomic>
@@ -99,32 +99,6 @@ LayerData& layer_data(const NamedLayer& nl) {
   return d;
 }
 
-// The reference read of a decode step (see timed_loop_vs_stream): as many bytes as the step
-// streams — the weights (their f32 copies here; `weight_div` 2 reads half of them, the bytes of bf16
-// weights, 0 none) and the cached K/V (`kv_div` likewise).
-float read_step_bytes(const LayerData& d, size_t weight_div, size_t kv_div) {
-  float total = 0.0f;
-  if (weight_div) {
-    const int threads = omp_get_max_threads();
-    total += stream_read(d.wqkv.data(), d.wqkv.size() / weight_div, threads) +
-             stream_read(d.wo.data(), d.wo.size() / weight_div, threads);
-  }
-  if (kv_div) total += read_kv(d.k_cache, d.v_cache, kv_div);
-  return total;
-}
-
-// The Evict of read_step_bytes' bytes (the same divisors).
-Evict evict_step_bytes(const LayerData& d, size_t weight_div, size_t kv_div) {
-  Evict e;
-  if (weight_div)
-    e.add(d.wqkv.data(), d.wqkv.size() * sizeof(float) / weight_div)
-        .add(d.wo.data(), d.wo.size() * sizeof(float) / weight_div);
-  if (kv_div)
-    e.add(d.k_cache.data(), d.k_cache.size() * sizeof(float) / kv_div)
-        .add(d.v_cache.data(), d.v_cache.size() * sizeof(float) / kv_div);
-  return e;
-}
-
 void counters(benchmark::State& state, const LayerShape& s, double flops, double bytes) {
   state.counters["FLOPS"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
   state.SetBytesProcessed(static_cast<int64_t>(bytes) * state.iterations());
@@ -184,11 +158,8 @@ void bm_attend_layer(benchmark::State& state, const NamedLayer* nl, DType wdt, D
     for (int64_t b = 0; b < s.B; ++b) seqs[static_cast<size_t>(b)] = b;
     Evict step_bytes = evict_cache(cache, seqs);
     add_weights(step_bytes, layer);
-    const size_t weight_div = wdt == DType::bf16 ? 2 : 1, kv_div = cache_dtype == DType::f32 ? 1 : 2;
-    timed_decode_steps(
-        state, cache, s.B, s.cache_len, step_bytes,
-        [&] { layer.forward_cached(x, act, y, act, s.B, 1, cache, seqs, opt); },
-        evict_step_bytes(d, weight_div, kv_div), [&] { read_step_bytes(d, weight_div, kv_div); });
+    timed_decode_steps(state, cache, s.B, s.cache_len, step_bytes,
+                       [&] { layer.forward_cached(x, act, y, act, s.B, 1, cache, seqs, opt); });
   } else if (wdt == DType::f32 || act == DType::bf16) {
     // Compute-bound: paired with the f32 FMA probe (peak_pct), the bf16 layer too, so the two
     // compare at equal machine state (the GFLOP/s shares of one probe).
@@ -334,7 +305,8 @@ void bm_onednn_layer(benchmark::State& state, const NamedLayer* nl) {
   Evict step_bytes = evict_kv(d.k_cache, d.v_cache);
   step_bytes.add(layer.weight_ranges());
   if (decode(s))
-    timed_loop_vs_stream(state, step_bytes, step, evict_step_bytes(d, 1, 1), [&] { read_step_bytes(d, 1, 1); });
+    timed_loop_vs_own_bytes(
+        state, step_bytes, [] {}, step);
   else
     timed_loop_vs_peak(state, gemm_flops(s) + attn_flops(s), step);
   counters(state, s, gemm_flops(s) + attn_flops(s), weight_bytes(s, 4) + kv_bytes(s));
@@ -358,7 +330,8 @@ void bm_attend_gemm(benchmark::State& state, const NamedLayer* nl) {
   Evict weights;
   weights.add(qkv.weight_data(), qkv.weight_bytes()).add(o.weight_data(), o.weight_bytes());
   if (decode(s))
-    timed_loop_vs_stream(state, weights, step, evict_step_bytes(d, 1, 0), [&] { read_step_bytes(d, 1, 0); });
+    timed_loop_vs_own_bytes(
+        state, weights, [] {}, step);
   else
     timed_loop_vs_peak(state, gemm_flops(s), step);
   counters(state, s, gemm_flops(s), weight_bytes(s, 4));
@@ -382,9 +355,8 @@ void bm_attend_attn(benchmark::State& state, const NamedLayer* nl) {
     KVCache cache = filled_cache(s, d);
     std::vector<int64_t> seqs(static_cast<size_t>(s.B));
     for (int64_t b = 0; b < s.B; ++b) seqs[static_cast<size_t>(b)] = b;
-    timed_decode_steps(
-        state, cache, s.B, s.cache_len, evict_cache(cache, seqs), [&] { cached_attention(q, k, v, cache, seqs, o); },
-        evict_step_bytes(d, 0, 1), [&] { read_step_bytes(d, 0, 1); });
+    timed_decode_steps(state, cache, s.B, s.cache_len, evict_cache(cache, seqs),
+                       [&] { cached_attention(q, k, v, cache, seqs, o); });
   } else {
     SdpaOptions opt;
     opt.causal = true;

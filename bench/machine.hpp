@@ -33,10 +33,19 @@ class Evict {
   /// Part `part` of `parts` of the same, on the calling thread alone (no OpenMP region: for threads
   /// of the caller's own that must not wake OpenMP's spinning workers).
   void part(int part, int parts) const;
+  /// A plain streaming read of exactly these bytes where they lie, in address order (ranges sorted,
+  /// adjacent ones merged: a paged cache's blocks that follow each other in the pool are one run),
+  /// as 32-bit integer words (any element type), on all OpenMP threads, each reading a contiguous
+  /// share; returns their XOR so it is not elided. The decode entries' paired reference: the same
+  /// bytes in the same physical pages as the call read (a separate copy can land in slower memory:
+  /// one of D3's K/V read at 22 GB/s against 31 for D1's in one run on the AMX Xeon, and the caches
+  /// then read "above 100%").
+  uint32_t read() const;
   size_t bytes() const { return bytes_; }
 
  private:
   std::vector<std::pair<const void*, size_t>> ranges_;
+  mutable std::vector<std::pair<const unsigned char*, size_t>> streamed_;  // read()'s order (made on first use)
   size_t bytes_ = 0;
 };
 
@@ -45,10 +54,6 @@ class Evict {
 size_t flush_mib();
 /// How decode entries empty the caches, for the bench's context.
 std::string eviction_name();
-
-/// Sums `floats` floats with all threads, vectorised, and returns the sum (so it is not elided).
-/// Timed, this is the plain streaming read the decode kernels are compared with.
-float stream_read(const float* data, size_t floats, int threads);
 
 /// f32 FMA throughput of `threads` threads in GFLOP/s over one run of `iterations` × 12 FMAs per
 /// thread (independent chains, widest vectors: AVX-512, else AVX2+FMA; 0 without FMA).

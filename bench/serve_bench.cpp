@@ -416,23 +416,8 @@ void bm_onednn(benchmark::State& state) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Decode only: one token for each of the 32 sequences, against a plain read of their K/V bytes.
-
-struct DecodeData {
-  KvBuffer k, v;  // as many f32 elements as the 32 sequences' K (V) after the step
-  DecodeData() {
-    const Trace& t = Trace::get();
-    const int64_t tokens = t.decoder_tokens() + kDecoders + t.last_length + 1;
-    k.resize(static_cast<size_t>(tokens * kHkv * kD));
-    v.resize(k.size());
-    fill(k, 51);
-    fill(v, 52);
-  }
-  static DecodeData& get() {
-    static DecodeData d;
-    return d;
-  }
-};
+// Decode only: one token for each of the 32 sequences, against a plain read of their K/V bytes where
+// they lie in the cache (timed_loop_vs_own_bytes).
 
 void decode_counters(benchmark::State& state) {
   const Trace& t = Trace::get();
@@ -445,12 +430,10 @@ void decode_counters(benchmark::State& state) {
 void bm_paged_decode(benchmark::State& state, int64_t block_tokens) {
   PagedWorld& w = PagedWorld::get(DType::f32, block_tokens);
   StepData& d = StepData::get();
-  DecodeData& ref = DecodeData::get();
   std::vector<SequenceChunk> chunks;
   for (int64_t seq : w.decoders) chunks.push_back({seq, 1});
   chunks.push_back({w.last, 1});
   const Trace& t = Trace::get();
-  float sink = 0.0f;
   auto restore = [&] {
     if (w.cache->length(w.last) == t.last_length) return;
     for (size_t i = 0; i < w.decoders.size(); ++i) w.cache->truncate(w.decoders[i], t.lengths[i]);
@@ -459,20 +442,17 @@ void bm_paged_decode(benchmark::State& state, int64_t block_tokens) {
   restore();
   std::vector<int64_t> seqs;
   for (const SequenceChunk& c : chunks) seqs.push_back(c.seq);
-  timed_loop_vs_stream(
-      state, evict_paged(*w.cache, seqs), restore,
-      [&] { paged_attention(d.qv(0, kSeqs), d.kv(0, kSeqs), d.vv(0, kSeqs), *w.cache, chunks, d.ov(0, kSeqs)); },
-      evict_kv(ref.k, ref.v), [&] { sink += read_kv(ref.k, ref.v); });
+  timed_loop_vs_own_bytes(state, evict_paged(*w.cache, seqs), restore, [&] {
+    paged_attention(d.qv(0, kSeqs), d.kv(0, kSeqs), d.vv(0, kSeqs), *w.cache, chunks, d.ov(0, kSeqs));
+  });
   for (size_t i = 0; i < w.decoders.size(); ++i) w.cache->truncate(w.decoders[i], t.lengths[i]);
   w.cache->truncate(w.last, t.last_length);
-  benchmark::DoNotOptimize(sink);
   decode_counters(state);
 }
 
 void bm_slots_decode(benchmark::State& state) {
   SlotWorld& w = SlotWorld::get();
   StepData& d = StepData::get();
-  DecodeData& ref = DecodeData::get();
   const Trace& t = Trace::get();
   std::vector<int64_t> seqs;
   for (int64_t i = 0; i < kDecoders; ++i) seqs.push_back(i);
@@ -481,17 +461,14 @@ void bm_slots_decode(benchmark::State& state) {
   const TensorView k(d.k.data(), {kSeqs, kHkv, 1, kD}, {kHkv * kD, kD, kHkv * kD, 1});
   const TensorView v(d.v.data(), {kSeqs, kHkv, 1, kD}, {kHkv * kD, kD, kHkv * kD, 1});
   const TensorView o(d.o.data(), {kSeqs, kHq, 1, kD}, {kHq * kD, kD, kHq * kD, 1});
-  float sink = 0.0f;
   auto restore = [&] {
     for (int64_t i = 0; i < kDecoders; ++i) w.cache->truncate(i, t.lengths[static_cast<size_t>(i)]);
     w.cache->truncate(kSeqs, t.last_length);
   };
   restore();
-  timed_loop_vs_stream(
-      state, evict_cache(*w.cache, seqs), restore, [&] { cached_attention(q, k, v, *w.cache, seqs, o); },
-      evict_kv(ref.k, ref.v), [&] { sink += read_kv(ref.k, ref.v); });
+  timed_loop_vs_own_bytes(state, evict_cache(*w.cache, seqs), restore,
+                          [&] { cached_attention(q, k, v, *w.cache, seqs, o); });
   restore();
-  benchmark::DoNotOptimize(sink);
   decode_counters(state);
 }
 
