@@ -12,6 +12,7 @@
 #include <map>
 #include <new>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "../runtime/api/kv_cache_access.hpp"
@@ -85,20 +86,14 @@ Evict evict_kv(const Vec& k, const Vec& v) {
   e.add_all(k).add_all(v);
   return e;
 }
-/// The Evict of sequences of a cache: their tokens' storage, every kv head (what a decode over them
-/// reads), as they stand now.
-template <class Seqs>
-Evict evict_cache(const attend::KVCache& c, const Seqs& seqs) {
+/// The Evict of sequences of a slot or paged cache: their tokens' storage, every kv head (what a
+/// decode over them reads), as they stand now.
+template <class Cache, class Seqs>
+Evict evict_cache(const Cache& c, const Seqs& seqs) {
+  using Access = std::conditional_t<std::is_same_v<Cache, attend::KVCache>, attend::detail::KVCacheAccess,
+                                    attend::detail::PagedKVCacheAccess>;
   std::vector<std::pair<const void*, size_t>> r;
-  for (const int64_t s : seqs) attend::detail::KVCacheAccess::storage_ranges(c, s, r);
-  Evict e;
-  e.add(r);
-  return e;
-}
-template <class Seqs>
-Evict evict_paged(const attend::PagedKVCache& c, const Seqs& seqs) {
-  std::vector<std::pair<const void*, size_t>> r;
-  for (const int64_t s : seqs) attend::detail::PagedKVCacheAccess::storage_ranges(c, s, r);
+  for (const int64_t s : seqs) Access::storage_ranges(c, s, r);
   Evict e;
   e.add(r);
   return e;

@@ -112,7 +112,7 @@ void bm_attend_paged(benchmark::State& state, const CacheShape* s, DType dtype) 
   std::vector<int64_t> seqs;
   for (const SequenceChunk& c : chunks) seqs.push_back(c.seq);
   timed_loop_vs_own_bytes(
-      state, evict_paged(cache, seqs),
+      state, evict_cache(cache, seqs),
       [&] {
         for (const SequenceChunk& c : chunks) cache.truncate(c.seq, s->L - 1);
       },

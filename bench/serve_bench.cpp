@@ -442,7 +442,7 @@ void bm_paged_decode(benchmark::State& state, int64_t block_tokens) {
   restore();
   std::vector<int64_t> seqs;
   for (const SequenceChunk& c : chunks) seqs.push_back(c.seq);
-  timed_loop_vs_own_bytes(state, evict_paged(*w.cache, seqs), restore, [&] {
+  timed_loop_vs_own_bytes(state, evict_cache(*w.cache, seqs), restore, [&] {
     paged_attention(d.qv(0, kSeqs), d.kv(0, kSeqs), d.vv(0, kSeqs), *w.cache, chunks, d.ov(0, kSeqs));
   });
   for (size_t i = 0; i < w.decoders.size(); ++i) w.cache->truncate(w.decoders[i], t.lengths[i]);
