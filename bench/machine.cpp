@@ -100,7 +100,7 @@ void Evict::part(int part, int parts) const {
 }
 
 namespace {
-// Words of [p, p + bytes) XORed together: eight independent lanes, vectorised.
+// Words of [p, p + bytes) XORed together: sixteen independent lanes, vectorised.
 uint32_t xor_words(const unsigned char* p, size_t bytes) {
   const size_t n = bytes / 4;
   uint32_t acc[16] = {};

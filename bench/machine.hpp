@@ -11,7 +11,7 @@
 namespace attend::bench {
 
 /// The bytes a decode entry streams (its K/V, a cache's storage, a layer's packed weights; and,
-/// separately, the bytes its paired reference read streams). Before each timed call `evict()`
+/// separately, the bytes its paired reference read streams). Before each timed call, operator()
 /// writes back and drops every line of them from every cache level (clflushopt): the call reads
 /// them from DRAM whatever the size of the last-level cache, as a multi-layer decode does (every
 /// layer's K/V and weights come from DRAM), and nothing else is disturbed. The earlier way — write
