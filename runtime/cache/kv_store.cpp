@@ -1,41 +1,16 @@
 #include "kv_store.hpp"
 
-#include <sys/mman.h>
-
 #include <cstdint>
 #include <cstring>
 #include <new>
 #include <utility>
 
+#include "../context/huge_pages.hpp"
 #include "../numeric/convert.hpp"
 
 namespace attend::detail {
 
 namespace {
-
-constexpr size_t kHugePage = size_t{2} << 20;
-
-// An anonymous mapping of at least `bytes` (its length in `mapped`). From 2 MiB on it starts on a
-// 2 MiB boundary and covers whole 2 MiB pages, so transparent huge pages can back all of it: at
-// mmap's own 4 KiB alignment the pool's first and last partial 2 MiB stayed in 4 KiB pages, up to
-// a third of a small cache, and decode over the heads there ran slower (D2's shape over an i8
-// cache, 8.7 MB: 1.1 MB + 1.6 MB of 4 KiB pages in half of the processes, 70.0% of a read on
-// average against 74.3% in those with 0.2 MB + 0.5 MB, LLC flushed; docs/performance.md,
-// session 29). The rounding holds at most one 2 MiB page more.
-void* map_pool(size_t bytes, size_t& mapped) {
-  mapped = bytes < kHugePage ? bytes : (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  const size_t extra = bytes < kHugePage ? 0 : kHugePage;
-  void* p = mmap(nullptr, mapped + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  if (extra) {  // trim to the 2 MiB-aligned `mapped` bytes inside
-    const auto at = reinterpret_cast<uintptr_t>(p);
-    const uintptr_t aligned = (at + kHugePage - 1) / kHugePage * kHugePage;
-    if (aligned > at) munmap(p, aligned - at);
-    if (at + extra > aligned) munmap(reinterpret_cast<void*>(aligned + mapped), at + extra - aligned);
-    p = reinterpret_cast<void*>(aligned);
-  }
-  return p;
-}
 
 kernels::KvType kv_type_of(DType t) {
   switch (t) {
@@ -132,13 +107,9 @@ KvStore::KvStore(DType dtype, int64_t kv_heads, int64_t head_dim, int64_t value_
   v_bytes_ = rows * static_cast<size_t>(value_dim) * element_bytes_;
   if (dtype == DType::i8) scale_bytes_ = rows * sizeof(float);
   if (k_bytes_ == 0) return;
-  void* p = map_pool(bytes(), mapped_);
-#if defined(MADV_HUGEPAGE)
-  // Transparent huge pages where the system allows them on request (Debian's default is
-  // "madvise"): decode walks every sequence's pages, and a paged cache's are scattered through the
-  // pool, so with 4 KB pages each page of a sequence costs a TLB miss.
-  madvise(p, mapped_, MADV_HUGEPAGE);
-#endif
+  // Huge pages (map_huge_pages): decode walks every sequence's pages, and a paged cache's are
+  // scattered through the pool, so with 4 KB pages each page of a sequence costs a TLB miss.
+  void* p = map_huge_pages(bytes(), mapped_);
   keys_ = static_cast<unsigned char*>(p);
   values_ = keys_ + k_bytes_;
   if (scale_bytes_) {
@@ -147,15 +118,13 @@ KvStore::KvStore(DType dtype, int64_t kv_heads, int64_t head_dim, int64_t value_
   }
 }
 
-KvStore::~KvStore() {
-  if (keys_) munmap(keys_, mapped_);
-}
+KvStore::~KvStore() { unmap_huge_pages(keys_, mapped_); }
 
 KvStore::KvStore(KvStore&& o) noexcept { *this = std::move(o); }
 
 KvStore& KvStore::operator=(KvStore&& o) noexcept {
   if (this == &o) return *this;
-  if (keys_) munmap(keys_, mapped_);
+  unmap_huge_pages(keys_, mapped_);
   kv_type_ = o.kv_type_;
   kv_heads_ = o.kv_heads_;
   head_dim_ = o.head_dim_;

@@ -3,12 +3,10 @@
 #if defined(ATTEND_HAVE_OPENMP)
 #include <omp.h>
 #endif
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <attend/error.hpp>
 #include <attend/isa.hpp>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -21,28 +19,25 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../context/huge_pages.hpp"
 #include "../numeric/convert.hpp"
 
 namespace attend::gemm {
 namespace {
 
-// Packed weights of 2 MiB or more go in 2 MiB pages where the system grants them on request
-// (transparent huge pages in "madvise" mode, Debian's default): a decode step streams every weight
-// once, and in 4 KiB pages the hardware prefetchers stop at every page (an AMX Xeon read 4 KiB
-// pages at 17 GB/s, 2 MiB pages at 30). Null below that size: oneDNN allocates them.
-constexpr size_t kHugePage = size_t{2} << 20;
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
+// Packed weights of 2 MiB or more go in huge pages (detail::map_huge_pages): a decode step streams
+// every weight once, and in 4 KiB pages the hardware prefetchers stop at every page (an AMX Xeon
+// read 4 KiB pages at 17 GB/s, 2 MiB pages at 30). Null below that size: oneDNN allocates them.
+struct Unmap {
+  size_t mapped = 0;
+  void operator()(void* p) const { detail::unmap_huge_pages(p, mapped); }
 };
-std::unique_ptr<void, FreeDeleter> huge_page_buffer(size_t bytes) {
-  if (bytes < kHugePage) return nullptr;
-  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-  std::unique_ptr<void, FreeDeleter> p(std::aligned_alloc(kHugePage, rounded));
-  if (!p) throw std::bad_alloc();
-#if defined(MADV_HUGEPAGE)
-  madvise(p.get(), rounded, MADV_HUGEPAGE);  // advice only: 4 KiB pages if refused
-#endif
-  return p;
+using HugePageBuffer = std::unique_ptr<void, Unmap>;
+HugePageBuffer huge_page_buffer(size_t bytes) {
+  if (bytes < detail::kHugePage) return nullptr;
+  size_t mapped = 0;
+  void* p = detail::map_huge_pages(bytes, mapped);
+  return HugePageBuffer(p, Unmap{mapped});
 }
 
 using dnnl::memory;
@@ -129,7 +124,7 @@ struct Linear::Impl {
   // run() cuts the product into tiles sized by the shape alone and runs each on one thread.
   bool tiled = false;
   memory::desc packed_md;
-  std::unique_ptr<void, FreeDeleter> weight_pages;  // weights' storage (huge_page_buffer), or null
+  HugePageBuffer weight_pages;  // weights' storage (huge_page_buffer), or null
   memory weights, bias;
   bool has_bias = false;
 
