@@ -64,38 +64,66 @@ void clflush_lines(const char* p, const char* end) {
 }  // namespace
 
 Evict& Evict::add(const void* data, size_t bytes) {
-  if (data && bytes) {
-    ranges_.emplace_back(data, bytes);
-    bytes_ += bytes;
-    streamed_.clear();
-  }
-  return *this;
+  if (data && bytes) ranges_.emplace_back(static_cast<const unsigned char*>(data), bytes);
+  return merge();
 }
 
 Evict& Evict::add(const std::vector<std::pair<const void*, size_t>>& ranges) {
-  for (const auto& [p, n] : ranges) add(p, n);
+  for (const auto& [p, n] : ranges)
+    if (p && n) ranges_.emplace_back(static_cast<const unsigned char*>(p), n);
+  return merge();
+}
+
+Evict& Evict::add(const Evict& other) {
+  ranges_.insert(ranges_.end(), other.ranges_.begin(), other.ranges_.end());
+  return merge();
+}
+
+Evict& Evict::merge() {
+  runs_ = ranges_;
+  std::sort(runs_.begin(), runs_.end());
+  size_t out = 0;
+  for (size_t i = 1; i < runs_.size(); ++i) {
+    auto& last = runs_[out];
+    if (runs_[i].first <= last.first + last.second)
+      last.second = std::max(last.second, static_cast<size_t>(runs_[i].first + runs_[i].second - last.first));
+    else
+      runs_[++out] = runs_[i];
+  }
+  if (!runs_.empty()) runs_.resize(out + 1);
+  bytes_ = added_ = 0;
+  for (const auto& r : runs_) bytes_ += r.second;
+  for (const auto& r : ranges_) added_ += r.second;
   return *this;
 }
+
+namespace {
+// Calls f(address, bytes) for each piece of share `part` of `parts` of `ranges` laid end to end
+// (`bytes` in all), split at whole lines.
+template <class F>
+void for_share(const std::vector<std::pair<const unsigned char*, size_t>>& ranges, size_t bytes, int part, int parts,
+               F&& f) {
+  const auto p = static_cast<size_t>(part), np = static_cast<size_t>(parts);
+  const size_t lo = bytes * p / np / 64 * 64, hi = p + 1 == np ? bytes : bytes * (p + 1) / np / 64 * 64;
+  size_t at = 0;
+  for (const auto& [data, n] : ranges) {
+    const size_t b = std::max(at, lo), e = std::min(at + n, hi);
+    if (b < e) f(data + (b - at), e - b);
+    at += n;
+  }
+}
+}  // namespace
 
 void Evict::part(int part, int parts) const {
   if (flush_mib()) {
     const auto n = static_cast<int64_t>(flush_buffer().size());
     return write_flush(n * part / parts, n * (part + 1) / parts);
   }
-  // Bytes [lo, hi) of the ranges laid end to end; each range's lines from its first.
   static const bool opt = has_clflushopt();
-  const size_t lo = bytes_ * static_cast<size_t>(part) / static_cast<size_t>(parts);
-  const size_t hi = bytes_ * static_cast<size_t>(part + 1) / static_cast<size_t>(parts);
-  size_t at = 0;
-  for (const auto& [data, n] : ranges_) {
-    const size_t b = std::max(at, lo), e = std::min(at + n, hi);
-    if (b < e) {
-      const auto* base = static_cast<const char*>(data);
-      const auto line = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(base + (b - at)) & ~uintptr_t{63});
-      (opt ? clflushopt_lines : clflush_lines)(line, base + (e - at));
-    }
-    at += n;
-  }
+  for_share(ranges_, added_, part, parts, [](const unsigned char* p, size_t n) {
+    const auto* first = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63});
+    (opt ? clflushopt_lines : clflush_lines)(first, reinterpret_cast<const char*>(p + n));
+  });
   _mm_mfence();  // the write-backs done before anything is timed
 }
 
@@ -125,34 +153,10 @@ uint32_t xor_words(const unsigned char* p, size_t bytes) {
 }  // namespace
 
 uint32_t Evict::read() const {
-  if (streamed_.empty()) {  // the ranges in address order, overlapping or adjacent ones merged
-    for (const auto& [p, n] : ranges_) streamed_.emplace_back(static_cast<const unsigned char*>(p), n);
-    std::sort(streamed_.begin(), streamed_.end());
-    size_t out = 0;
-    for (size_t i = 1; i < streamed_.size(); ++i) {
-      auto& last = streamed_[out];
-      if (streamed_[i].first <= last.first + last.second)
-        last.second = std::max(last.second, static_cast<size_t>(streamed_[i].first + streamed_[i].second - last.first));
-      else
-        streamed_[++out] = streamed_[i];
-    }
-    if (!streamed_.empty()) streamed_.resize(out + 1);
-  }
-  size_t total_bytes = 0;
-  for (const auto& r : streamed_) total_bytes += r.second;
   uint32_t total = 0;
 #pragma omp parallel reduction(^ : total)
-  {
-    const auto part = static_cast<size_t>(omp_get_thread_num()), parts = static_cast<size_t>(omp_get_num_threads());
-    const size_t lo = total_bytes * part / parts / 64 * 64,
-                 hi = part + 1 == parts ? total_bytes : total_bytes * (part + 1) / parts / 64 * 64;
-    size_t at = 0;
-    for (const auto& [data, n] : streamed_) {
-      const size_t b = std::max(at, lo), e = std::min(at + n, hi);
-      if (b < e) total ^= xor_words(data + (b - at), e - b);
-      at += n;
-    }
-  }
+  for_share(runs_, bytes_, omp_get_thread_num(), omp_get_num_threads(),
+            [&](const unsigned char* p, size_t n) { total ^= xor_words(p, n); });
   return total;
 }
 
