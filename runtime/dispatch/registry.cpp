@@ -73,10 +73,13 @@ const EnvCap& env_cap() {
 // caches are Granite Rapids'; alternated processes, 3 rounds, share of a read without → with 24
 // KiB): the paged cache's D3 75–78 → 83–85%, a serving step's paged decode 73–76 → 77–81%, the
 // slot cache's 78–82 → 81–84%, the i8 cache's GQA shapes +3–6 points, but its one-row shapes
-// (D1/D4) −2 to −6: there the i8 cache keeps them for GQA groups only (session 31).
+// (D1/D4) −2 to −6: there the i8 cache keeps them for GQA groups only (session 31). The 16-bit
+// caches there (session 32, alternated processes, 3 rounds, ms without → with): bf16 D2 0.688–0.696
+// → 0.652–0.672, D3 2.60–2.65 → 2.46–2.49, D1 (one row) 2.58 → 2.38–2.42; f16 D2/D3 likewise, but
+// f16 D1/D4 (one row) 2–5% slower; on a Zen 4 a bf16 cache lost 6 points (sessions 23–24).
 struct EnvL2 {
   int64_t bytes = 0;
-  bool i8_one_row = true;
+  bool amx_xeon = false;
   std::string error;
 };
 
@@ -89,7 +92,7 @@ const EnvL2& env_l2() {
     EnvL2 e;
     const std::string cls = cpu_features().class_name;
     e.bytes = cls == "Zen 4" || amx_xeon_class(cls) ? 24576 : 0;
-    e.i8_one_row = !amx_xeon_class(cls);
+    e.amx_xeon = amx_xeon_class(cls);
     const char* env = std::getenv("ATTEND_DECODE_L2_AHEAD");
     if (!env || !*env) return e;
     const std::string v = env;
@@ -136,7 +139,16 @@ bool amx_bf16_math() {
 
 int64_t decode_l2_ahead_bytes() { return env_l2().error.empty() ? env_l2().bytes : 0; }
 
-bool decode_l2_i8_one_row() { return env_l2().i8_one_row; }
+bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked) {
+  const bool xeon = env_l2().amx_xeon;
+  switch (type) {
+    case kernels::KvType::f32: return gqa || !k_blocked;
+    case kernels::KvType::i8: return gqa || !xeon;
+    case kernels::KvType::bf16: return xeon;
+    case kernels::KvType::f16: return xeon && gqa;
+  }
+  return false;
+}
 
 Isa resolve(Isa requested) {
   if (requested != Isa::automatic) {

@@ -31,8 +31,13 @@ Isa resolve(Isa requested);
 /// attend::Error (invalid_argument) for any call while the variable holds something else.
 int64_t decode_l2_ahead_bytes();
 
-/// Whether those requests also serve an 8-bit cache's decode of one row per kv head (MHA): yes on
-/// a Zen 4, no on the AMX Xeons (where they cost it 2–6 points of a read), whatever the distance.
-bool decode_l2_i8_one_row();
+/// Whether decode work items over K/V of `type` take those requests: `gqa` for a GQA group's item
+/// (two or more query rows per kv head), else one row's; `k_blocked` for a cache's blocked K (else
+/// a row-major K: sdpa). Measured per machine class (docs/performance.md, sessions 23–24, 31–33):
+/// - f32: GQA groups, and one row over a row-major K (over a cache's blocked K it lost 2 points).
+/// - i8: GQA groups; one row too, except on the AMX Xeons (where it cost 2–6 points of a read).
+/// - bf16, f16: none on a Zen 4 (a bf16 cache lost 6 points); on the AMX Xeons GQA groups (3–5%
+///   faster), and bf16's one row (6–7% faster) but not f16's (2–5% slower).
+bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked);
 
 }  // namespace attend::dispatch

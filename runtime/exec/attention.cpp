@@ -226,7 +226,6 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
   // (causal rows late in the sequence see more keys), so both threads walk the same head's K/V
   // while it is in cache.
   const int64_t l2_ahead = dispatch::decode_l2_ahead_bytes();
-  const bool l2_i8_one_row = dispatch::decode_l2_i8_one_row();
   auto run_item = [&](int64_t item, int thread) {
     const size_t at =
         static_cast<size_t>(std::upper_bound(s.first_item.begin(), s.first_item.end(), item) - s.first_item.begin()) -
@@ -288,13 +287,10 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     w.key_begin = std::min(e.num_keys, split * p.split_keys);
     w.key_end = std::min(e.num_keys, w.key_begin + p.split_keys);
     w.stream_keys = p.row_blocks == 1;
-    // L2 requests for decode over f32 K/V (a GQA group's, and one row's over a row-major K: sdpa)
-    // and over an i8 cache's. Measured: docs/performance.md, sessions 23–24 — one row over an f32
-    // cache's blocked K lost 2 points with them, a bf16 cache 6; an i8 cache gained 3–7 (GQA) and
-    // 4–6 (one row; on the AMX Xeons it lost 2–6 there, so not: dispatch::decode_l2_i8_one_row).
-    const bool l2_f32 = pr.kv_type == kernels::KvType::f32 && (p.group_rows >= 2 || !pr.k_blocked);
-    const bool l2_i8 = pr.kv_type == kernels::KvType::i8 && (p.group_rows >= 2 || l2_i8_one_row);
-    w.l2_ahead_bytes = p.row_blocks == 1 && (l2_f32 || l2_i8) ? l2_ahead : 0;
+    // L2 requests for decode, where they were measured to help: per storage type, GQA group or
+    // one row, and machine class (dispatch::decode_l2_requests).
+    w.l2_ahead_bytes =
+        p.row_blocks == 1 && dispatch::decode_l2_requests(pr.kv_type, p.group_rows >= 2, pr.k_blocked) ? l2_ahead : 0;
     w.scale = pr.scale;
     w.softcap = pr.softcap;
     w.alibi = pr.alibi ? pr.alibi + h0 : nullptr;

@@ -84,9 +84,9 @@ struct FlashWork {
   bool stream_keys;
   // Decode (the narrow path): besides the requests into L1 just ahead of what it reads, request K
   // and V this many bytes ahead into L2 (prefetcht1), so more lines are in flight than L1's miss
-  // buffers hold. 0 = none. The executor sets it for decode over f32 K/V (a GQA group's, or one
-  // row's over a row-major K) and over an i8 cache (any rows) from dispatch::decode_l2_ahead_bytes
-  // (per machine class); prefetch only: results are the same.
+  // buffers hold. 0 = none. The executor sets it from dispatch::decode_l2_ahead_bytes where
+  // dispatch::decode_l2_requests says they help (per storage type, GQA group or one row, and
+  // machine class); prefetch only: results are the same.
   int64_t l2_ahead_bytes;
 
   float scale;  // multiplies Q·Kᵀ (folded into Q once)
