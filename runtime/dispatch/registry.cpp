@@ -77,9 +77,20 @@ const EnvCap& env_cap() {
 // caches there (session 32, alternated processes, 3 rounds, ms without → with): bf16 D2 0.688–0.696
 // → 0.652–0.672, D3 2.60–2.65 → 2.46–2.49, D1 (one row) 2.58 → 2.38–2.42; f16 D2/D3 likewise, but
 // f16 D1/D4 (one row) 2–5% slower; on a Zen 4 a bf16 cache lost 6 points (sessions 23–24).
-struct EnvL2 {
+// On the AMX Xeons a decode of one row per kv head over a cache's blocked f32 K also leaves K's
+// next key group to the hardware prefetchers (no prefetcht0): the samples of blocked_scores sat on
+// those requests (the line fill buffers full), and without them (session 33, alternated processes,
+// 3 rounds, ms / share of a read) the f32 cache's D1 5.22–5.28 / 84% → 4.80–4.86 / 88–91%, D4
+// 20.5–21.0 / 85–86% → 18.9–19.3 / 89–94%, the paged cache's alike; GQA groups, the 8-bit (−12 to
+// −25 points) and 16-bit caches keep them. L2 requests added there were worse (86–89%).
+//
+// ATTEND_DECODE_TUNING=zen4|amx_xeon|none applies one class's rules on any machine (tests run
+// both everywhere; prefetch only: the same results); unset: this machine's class.
+enum class Tuning { none, zen4, amx_xeon };
+
+struct EnvDecode {
+  Tuning tuning = Tuning::none;
   int64_t bytes = 0;
-  bool amx_xeon = false;
   std::string error;
 };
 
@@ -87,14 +98,25 @@ bool amx_xeon_class(const std::string& name) {
   return name == "Xeon with AMX" || name == "Sapphire Rapids" || name == "Emerald Rapids" || name == "Granite Rapids";
 }
 
-const EnvL2& env_l2() {
-  static const EnvL2 l2 = [] {
-    EnvL2 e;
+const EnvDecode& env_decode() {
+  static const EnvDecode decode = [] {
+    EnvDecode e;
     const std::string cls = cpu_features().class_name;
-    e.bytes = cls == "Zen 4" || amx_xeon_class(cls) ? 24576 : 0;
-    e.amx_xeon = amx_xeon_class(cls);
+    e.tuning = cls == "Zen 4" ? Tuning::zen4 : amx_xeon_class(cls) ? Tuning::amx_xeon : Tuning::none;
+    if (const char* t = std::getenv("ATTEND_DECODE_TUNING"); t && *t) {
+      const std::string v = t;
+      if (v == "zen4")
+        e.tuning = Tuning::zen4;
+      else if (v == "amx_xeon")
+        e.tuning = Tuning::amx_xeon;
+      else if (v == "none")
+        e.tuning = Tuning::none;
+      else
+        e.error = "ATTEND_DECODE_TUNING='" + v + "' is not one of zen4, amx_xeon, none";
+    }
+    e.bytes = e.tuning == Tuning::none ? 0 : 24576;
     const char* env = std::getenv("ATTEND_DECODE_L2_AHEAD");
-    if (!env || !*env) return e;
+    if (!env || !*env || !e.error.empty()) return e;
     const std::string v = env;
     char* end = nullptr;
     errno = 0;
@@ -105,7 +127,7 @@ const EnvL2& env_l2() {
       e.bytes = n;
     return e;
   }();
-  return l2;
+  return decode;
 }
 
 // ATTEND_AMX=0 keeps FpMath::bf16 off the AMX tiles (vdpbf16ps instead, where bf16 math runs);
@@ -137,10 +159,10 @@ bool amx_bf16_math() {
          kernels::kernel_table_avx512_bf16(kernels::Bf16Math::amx) != nullptr;
 }
 
-int64_t decode_l2_ahead_bytes() { return env_l2().error.empty() ? env_l2().bytes : 0; }
+int64_t decode_l2_ahead_bytes() { return env_decode().error.empty() ? env_decode().bytes : 0; }
 
 bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked) {
-  const bool xeon = env_l2().amx_xeon;
+  const bool xeon = env_decode().tuning == Tuning::amx_xeon;
   switch (type) {
     case kernels::KvType::f32: return gqa || !k_blocked;
     case kernels::KvType::i8: return gqa || !xeon;
@@ -148,6 +170,10 @@ bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked) {
     case kernels::KvType::f16: return xeon && gqa;
   }
   return false;
+}
+
+bool decode_k_l1_requests(kernels::KvType type, bool gqa, bool k_blocked) {
+  return !(env_decode().tuning == Tuning::amx_xeon && type == kernels::KvType::f32 && !gqa && k_blocked);
 }
 
 Isa resolve(Isa requested) {
@@ -173,7 +199,7 @@ const kernels::KernelTable& kernel_table_for(Isa requested, FpMath fpmath) {
   if (fpmath != FpMath::strict && fpmath != FpMath::bf16)
     throw Error(ErrorCode::invalid_argument,
                 "fpmath " + std::to_string(static_cast<int>(fpmath)) + " is not FpMath::strict or FpMath::bf16");
-  if (!env_l2().error.empty()) throw Error(ErrorCode::invalid_argument, env_l2().error);
+  if (!env_decode().error.empty()) throw Error(ErrorCode::invalid_argument, env_decode().error);
   if (!env_amx().error.empty()) throw Error(ErrorCode::invalid_argument, env_amx().error);
   const Isa isa = resolve(requested);
   if (fpmath == FpMath::bf16 && bf16_math_runs(requested, isa))

@@ -27,8 +27,9 @@ Isa resolve(Isa requested);
 
 /// How far ahead decode requests K and V into L2 (kernels::FlashWork::l2_ahead_bytes), for this
 /// machine class: 24 KiB on a Zen 4 and on the AMX Xeons, 0 (none) elsewhere, or the environment variable
-/// ATTEND_DECODE_L2_AHEAD (bytes, 0 to 1048576) when set. kernel_table_for throws
-/// attend::Error (invalid_argument) for any call while the variable holds something else.
+/// ATTEND_DECODE_L2_AHEAD (bytes, 0 to 1048576) when set. ATTEND_DECODE_TUNING=zen4|amx_xeon|none
+/// applies that class's rules (this one and the two below) instead of this machine's. kernel_table_for
+/// throws attend::Error (invalid_argument) for any call while either variable holds something else.
 int64_t decode_l2_ahead_bytes();
 
 /// Whether decode work items over K/V of `type` take those requests: `gqa` for a GQA group's item
@@ -39,5 +40,10 @@ int64_t decode_l2_ahead_bytes();
 /// - bf16, f16: none on a Zen 4 (a bf16 cache lost 6 points); on the AMX Xeons GQA groups (3–5%
 ///   faster), and bf16's one row (6–7% faster) but not f16's (2–5% slower).
 bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked);
+
+/// Whether such a work item requests K's next key group into L1 (prefetcht0) as it scores: yes,
+/// except for one row over a cache's blocked f32 K on the AMX Xeons (the hardware prefetchers
+/// alone: 4–8 points of a read better there, session 33).
+bool decode_k_l1_requests(kernels::KvType type, bool gqa, bool k_blocked);
 
 }  // namespace attend::dispatch

@@ -287,10 +287,11 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     w.key_begin = std::min(e.num_keys, split * p.split_keys);
     w.key_end = std::min(e.num_keys, w.key_begin + p.split_keys);
     w.stream_keys = p.row_blocks == 1;
-    // L2 requests for decode, where they were measured to help: per storage type, GQA group or
-    // one row, and machine class (dispatch::decode_l2_requests).
-    w.l2_ahead_bytes =
-        p.row_blocks == 1 && dispatch::decode_l2_requests(pr.kv_type, p.group_rows >= 2, pr.k_blocked) ? l2_ahead : 0;
+    // Decode's software requests, where they were measured to help: per storage type, GQA group
+    // or one row, and machine class (dispatch::decode_l2_requests, decode_k_l1_requests).
+    const bool gqa = p.group_rows >= 2;
+    w.l2_ahead_bytes = p.row_blocks == 1 && dispatch::decode_l2_requests(pr.kv_type, gqa, pr.k_blocked) ? l2_ahead : 0;
+    w.no_k_l1_requests = p.row_blocks == 1 && !dispatch::decode_k_l1_requests(pr.kv_type, gqa, pr.k_blocked);
     w.scale = pr.scale;
     w.softcap = pr.softcap;
     w.alibi = pr.alibi ? pr.alibi + h0 : nullptr;

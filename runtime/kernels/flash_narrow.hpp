@@ -123,7 +123,7 @@ void narrow_scores_phase(const FlashWork& w, const NarrowRows& R, const NarrowHe
   // is in L1, the first pack prefetching the next.
   if (w.k_blocked) {
     blocked_scores_dispatch<Arch, E>(R.row_pack, blk, (nk + kKeyBlock - 1) / kKeyBlock, known, depth, h.qn, h.s, ldsn,
-                                     R.packs, l2_key_blocks<E>(w));
+                                     R.packs, l2_key_blocks<E>(w), !w.no_k_l1_requests);
     if constexpr (KvSource<E>::kScaled) scale_by_keys<Arch>(h.s, ldsn, R.nr, src, src.k_scale, j0, nk);
     return;
   }
@@ -138,7 +138,7 @@ void narrow_scores_phase(const FlashWork& w, const NarrowRows& R, const NarrowHe
     // +1–10 points of stream on D2/D3; one row (Zen 4, D1/D4's shapes, since it scores key by
     // key) 86–89 → 92–96% and 87–88 → 90–93% against a burst per group before the scoring.
     const int64_t pf_keys = min64(W, R.key_hi - (j0 + jg + W));
-    const E* next = pf_keys > 0 ? src.key_row(j0 + jg + W) : nullptr;
+    const E* next = pf_keys > 0 && !w.no_k_l1_requests ? src.key_row(j0 + jg + W) : nullptr;
     // And the rows l2_ahead_bytes further on into L2, at the same pace.
     const int64_t l2_at = j0 + jg + W + l2_ahead;
     const int64_t l2_keys = l2_ahead > 0 ? min64(W, R.key_hi - l2_at) : 0;

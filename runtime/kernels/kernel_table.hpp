@@ -88,6 +88,9 @@ struct FlashWork {
   // dispatch::decode_l2_requests says they help (per storage type, GQA group or one row, and
   // machine class); prefetch only: results are the same.
   int64_t l2_ahead_bytes;
+  // Decode: leave K's next key group to the hardware prefetchers (no prefetcht0 of it while
+  // scoring): dispatch::decode_k_l1_requests, per storage type, rows and machine class.
+  bool no_k_l1_requests;
 
   float scale;  // multiplies Q·Kᵀ (folded into Q once)
 

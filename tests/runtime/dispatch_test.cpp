@@ -115,11 +115,17 @@ TEST(Dispatch, UnknownEnvironmentValueThrows) {
   EXPECT_NO_THROW(force(Isa::generic));  // a forced path does not read the variable
 }
 
-// ATTEND_DECODE_L2_AHEAD (decode's L2 request distance) must be a byte count: anything else makes
-// every call throw before it changes anything (a typo must not silently keep the default).
-TEST(Dispatch, InvalidL2AheadThrowsAndChangesNothing) {
-  const char* env = std::getenv("ATTEND_DECODE_L2_AHEAD");
-  if (!env || std::string(env) != "24kb") GTEST_SKIP() << "run by ctest with ATTEND_DECODE_L2_AHEAD=24kb";
+// ATTEND_DECODE_L2_AHEAD (decode's L2 request distance) must be a byte count and
+// ATTEND_DECODE_TUNING a class name: anything else makes every call throw before it changes
+// anything (a typo must not silently keep the default).
+TEST(Dispatch, InvalidDecodeSettingThrowsAndChangesNothing) {
+  std::string name;
+  if (const char* env = std::getenv("ATTEND_DECODE_L2_AHEAD"); env && std::string(env) == "24kb")
+    name = "ATTEND_DECODE_L2_AHEAD";
+  else if (const char* env = std::getenv("ATTEND_DECODE_TUNING"); env && std::string(env) == "zen5")
+    name = "ATTEND_DECODE_TUNING";
+  else
+    GTEST_SKIP() << "run by ctest with ATTEND_DECODE_L2_AHEAD=24kb or ATTEND_DECODE_TUNING=zen5";
   const int64_t D = 16;
   std::vector<float> q(4 * D, 0.5f), k(D, 0.25f), v(D, 1.0f), o(4 * D, 7.0f);
   KVCache cache({/*kv_heads*/ 1, D, /*slots*/ 1, /*capacity*/ 8});
@@ -127,10 +133,10 @@ TEST(Dispatch, InvalidL2AheadThrowsAndChangesNothing) {
   try {
     cached_attention(TensorView::dense(q.data(), {1, 4, 1, D}), TensorView::dense(k.data(), {1, 1, 1, D}),
                      TensorView::dense(v.data(), {1, 1, 1, D}), cache, seq, TensorView::dense(o.data(), {1, 4, 1, D}));
-    ADD_FAILURE() << "cached_attention accepted ATTEND_DECODE_L2_AHEAD=24kb";
+    ADD_FAILURE() << "cached_attention accepted " << name << "=" << std::getenv(name.c_str());
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
-    EXPECT_NE(std::string(e.what()).find("ATTEND_DECODE_L2_AHEAD"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
   }
   EXPECT_EQ(cache.length(0), 0);
   for (float x : o) EXPECT_EQ(x, 7.0f);

@@ -115,41 +115,43 @@ constexpr int kMaxL2AheadBlocks = 16;
 // first pack's scoring goes; nothing past them is touched). The packs take each group of blocks in
 // turn, so the later packs read it from L1.
 // l2_blocks > 0: the first pack also requests, into L2, the group l2_blocks blocks on (when known).
+// l1_requests false: the next group is left to the hardware prefetchers (FlashWork::no_k_l1_requests).
 template <class Arch, int NR, class E>
 void blocked_scores_run(const E* const* blk, int64_t blocks, int64_t known, int64_t depth, const float* q, float* s,
-                        int64_t lds, int packs, int64_t l2_blocks) {
+                        int64_t lds, int packs, int64_t l2_blocks, bool l1_requests) {
   constexpr int G = blocked_group<Arch>(NR);
   int64_t b = 0;
   for (; b + G <= blocks; b += G)  // (a partial last group ahead is left to the hardware)
     for (int p = 0; p < packs; ++p)
       blocked_scores<Arch, NR, G, E>(
           blk + b, depth, q + p * NR * depth, s + p * NR * lds + b * kKeyBlock, lds,
-          p == 0 && b + 2 * G <= known ? blk + b + G : nullptr,
+          p == 0 && l1_requests && b + 2 * G <= known ? blk + b + G : nullptr,
           p == 0 && l2_blocks > 0 && b + l2_blocks + G <= known ? blk + b + l2_blocks : nullptr);
   for (; b < blocks; ++b)
     for (int p = 0; p < packs; ++p)
       blocked_scores<Arch, NR, 1, E>(blk + b, depth, q + p * NR * depth, s + p * NR * lds + b * kKeyBlock, lds,
-                                     p == 0 && b + 1 < known ? blk + b + 1 : nullptr,
+                                     p == 0 && l1_requests && b + 1 < known ? blk + b + 1 : nullptr,
                                      p == 0 && l2_blocks > 0 && b + l2_blocks < known ? blk + b + l2_blocks : nullptr);
 }
 
 template <class Arch, class E>
 void blocked_scores_dispatch(int row_pack, const E* const* blk, int64_t blocks, int64_t known, int64_t depth,
-                             const float* q, float* s, int64_t lds, int packs = 1, int64_t l2_blocks = 0) {
+                             const float* q, float* s, int64_t lds, int packs = 1, int64_t l2_blocks = 0,
+                             bool l1_requests = true) {
   constexpr int kMax = Tiles<Arch>::kNarrowMaxRows;
   switch (row_pack) {
-    case 1: return blocked_scores_run<Arch, 1, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks);
+    case 1: return blocked_scores_run<Arch, 1, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks, l1_requests);
     case 2:
       if constexpr (kMax >= 2)
-        return blocked_scores_run<Arch, 2, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks);
+        return blocked_scores_run<Arch, 2, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks, l1_requests);
       break;
     case 4:
       if constexpr (kMax >= 4)
-        return blocked_scores_run<Arch, 4, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks);
+        return blocked_scores_run<Arch, 4, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks, l1_requests);
       break;
     case 8:
       if constexpr (kMax >= 8)
-        return blocked_scores_run<Arch, 8, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks);
+        return blocked_scores_run<Arch, 8, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks, l1_requests);
       break;
   }
 }
