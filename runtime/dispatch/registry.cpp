@@ -3,12 +3,33 @@
 #include <attend/error.hpp>
 #include <cerrno>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "cpu_features.hpp"
 
 namespace attend::dispatch {
 namespace {
+
+// The setting of environment variable `name` among `choices` (value, meaning), in `out`; unset or
+// empty leaves `out` as it is. Anything else sets `error` ("NAME='v' is not one of a, b, c"): every
+// call then throws it, so a typo never silently keeps the default.
+template <class T>
+void env_choice(const char* name, std::initializer_list<std::pair<const char*, T>> choices, T& out,
+                std::string& error) {
+  const char* env = std::getenv(name);
+  if (!env || !*env) return;
+  std::string list;
+  for (const auto& [value, meaning] : choices) {
+    if (std::string(env) == value) {
+      out = meaning;
+      return;
+    }
+    list += (list.empty() ? "" : ", ") + std::string(value);
+  }
+  error = std::string(name) + "='" + env + "' is not one of " + list;
+}
 
 const kernels::KernelTable* compiled_table(Isa isa) {
   switch (isa) {
@@ -45,19 +66,10 @@ struct EnvCap {
 const EnvCap& env_cap() {
   static const EnvCap cap = [] {
     EnvCap c;
-    const char* env = std::getenv("ATTEND_ISA");
-    if (!env || !*env) return c;
-    const std::string v = env;
-    if (v == "avx512_bf16")
-      c.cap = Isa::avx512_bf16;
-    else if (v == "avx512")
-      c.cap = Isa::avx512;
-    else if (v == "avx2")
-      c.cap = Isa::avx2;
-    else if (v == "generic")
-      c.cap = Isa::generic;
-    else
-      c.error = "ATTEND_ISA='" + v + "' is not one of generic, avx2, avx512, avx512_bf16";
+    env_choice<Isa>(
+        "ATTEND_ISA",
+        {{"generic", Isa::generic}, {"avx2", Isa::avx2}, {"avx512", Isa::avx512}, {"avx512_bf16", Isa::avx512_bf16}},
+        c.cap, c.error);
     return c;
   }();
   return cap;
@@ -103,17 +115,9 @@ const EnvDecode& env_decode() {
     EnvDecode e;
     const std::string cls = cpu_features().class_name;
     e.tuning = cls == "Zen 4" ? Tuning::zen4 : amx_xeon_class(cls) ? Tuning::amx_xeon : Tuning::none;
-    if (const char* t = std::getenv("ATTEND_DECODE_TUNING"); t && *t) {
-      const std::string v = t;
-      if (v == "zen4")
-        e.tuning = Tuning::zen4;
-      else if (v == "amx_xeon")
-        e.tuning = Tuning::amx_xeon;
-      else if (v == "none")
-        e.tuning = Tuning::none;
-      else
-        e.error = "ATTEND_DECODE_TUNING='" + v + "' is not one of zen4, amx_xeon, none";
-    }
+    env_choice<Tuning>("ATTEND_DECODE_TUNING",
+                       {{"zen4", Tuning::zen4}, {"amx_xeon", Tuning::amx_xeon}, {"none", Tuning::none}}, e.tuning,
+                       e.error);
     e.bytes = e.tuning == Tuning::none ? 0 : 24576;
     const char* env = std::getenv("ATTEND_DECODE_L2_AHEAD");
     if (!env || !*env || !e.error.empty()) return e;
@@ -140,13 +144,7 @@ struct EnvAmx {
 const EnvAmx& env_amx() {
   static const EnvAmx amx = [] {
     EnvAmx e;
-    const char* env = std::getenv("ATTEND_AMX");
-    if (!env || !*env) return e;
-    const std::string v = env;
-    if (v == "0")
-      e.allowed = false;
-    else if (v != "1")
-      e.error = "ATTEND_AMX='" + v + "' is not 0 or 1";
+    env_choice<bool>("ATTEND_AMX", {{"0", false}, {"1", true}}, e.allowed, e.error);
     return e;
   }();
   return amx;
