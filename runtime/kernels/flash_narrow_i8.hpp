@@ -100,16 +100,10 @@ template <int NR, int G>
   ATTEND_UNROLL
   for (int g = 0; g < G; ++g)
     for (int r = 0; r < NR; ++r) lo[g][r] = hi[g][r] = _mm512_setzero_si512();
-  const int64_t quads = depth / 4, block_bytes = depth * kKeyBlock;
-  int pf_block = 0;
-  int64_t pf_at = 0;  // byte offset within pf[pf_block]
+  const int64_t quads = depth / 4;
   for (int64_t c = 0; c < quads; ++c) {
-    if (pf)  // G lines per quad, in address order (block by block, as blocked_scores)
-      for (int g = 0; g < G; ++g) {
-        __builtin_prefetch(reinterpret_cast<const char*>(pf[pf_block]) + pf_at, 0, 3);
-        pf_at += 64;
-        if (pf_at >= block_bytes) pf_at = 0, ++pf_block;
-      }
+    if (pf)  // line c of each of the next G blocks, as this call reads its own (blocked_scores)
+      for (int g = 0; g < G; ++g) __builtin_prefetch(reinterpret_cast<const char*>(pf[g]) + c * 64, 0, 3);
     if (l2)  // line c of each of the G blocks: whole blocks by the last quad
       for (int g = 0; g < G; ++g) __builtin_prefetch(reinterpret_cast<const char*>(l2[g]) + c * 64, 0, 2);
     __m512i qr[NR];  // the rows' quads, in registers for the G blocks (see above)
@@ -203,6 +197,14 @@ template <int NR, int CV>
   const int8_t* a0 = static_cast<const int8_t*>(ahead.v[0]);
   const int8_t* a1 = static_cast<const int8_t*>(ahead.v[1]);
   const int64_t a_split = ahead.split, a_count = pf_keys > 0 && a0 ? ahead.count : 0;
+  // Rows of 128 bytes on line boundaries (D 128): two requests at fixed offsets (RowRequests).
+  const bool fixed = pf_bytes == 128 && rows_on_lines<int8_t>(v, ldv) && (!a0 || rows_on_lines<int8_t>(a0, ldv)) &&
+                     (!a1 || rows_on_lines<int8_t>(a1, ldv));
+  auto request = [&](auto hint, const int8_t* row) {
+    constexpr int H = decltype(hint)::value;
+    if (fixed) return request_whole_lines<H, 128>(row);
+    request_lines<H>(row, pf_bytes);
+  };
   __m512i a[NR][2 * CV];
   ATTEND_UNROLL
   for (int r = 0; r < NR; ++r)
@@ -210,9 +212,9 @@ template <int NR, int CV>
   for (int64_t p = 0; p < pairs; ++p, v += 2 * ldv, w += 2) {
     if (pf_keys > 0)
       for (int64_t k = 0; k < 2 && 2 * p + k + pf_keys < pf_limit; ++k)
-        request_lines<3>(v + (pf_keys + k) * ldv, pf_bytes);
+        request(std::integral_constant<int, 3>{}, v + (pf_keys + k) * ldv);
     for (int64_t k = 2 * p; k < 2 * p + 2 && k < a_count; ++k)
-      request_lines<2>(k < a_split ? a0 + k * ldv : a1 + (k - a_split) * ldv, pf_bytes);
+      request(std::integral_constant<int, 2>{}, k < a_split ? a0 + k * ldv : a1 + (k - a_split) * ldv);
     __m512i pw[NR];
     ATTEND_UNROLL
     for (int r = 0; r < NR; ++r) {

@@ -53,23 +53,61 @@ template <int H>
     __builtin_prefetch(reinterpret_cast<const void*>(line), 0, H);
 }
 
-// The L2 requests of PvArgs::l2_*, copied out of the arguments (pv_rows_in_memory keeps its
-// arguments in locals: O's stores could alias them).
+// The same for exactly kBytes from a line boundary: kBytes / 64 requests at fixed offsets, no loop.
+template <int H, int64_t kBytes>
+[[gnu::always_inline]] inline void request_whole_lines(const void* p) {
+  static_assert(kBytes % 64 == 0, "whole lines");
+  ATTEND_UNROLL
+  for (int64_t o = 0; o < kBytes; o += 64) __builtin_prefetch(static_cast<const char*>(p) + o, 0, H);
+}
+
+// Whether rows of `ldv` elements from `v` on start on line boundaries.
 template <class T>
-struct AheadRows {
+inline bool rows_on_lines(const void* v, int64_t ldv) {
+  return ((reinterpret_cast<uintptr_t>(v) | static_cast<uintptr_t>(ldv * static_cast<int64_t>(sizeof(T)))) & 63) == 0;
+}
+
+// A P·V kernel's requests of its V rows (PvArgs::pf_* into L1, PvArgs::l2_* into L2), copied out of
+// the arguments (the kernels keep their arguments in locals: O's stores could alias them). When
+// every requested row is kRowBytes (the kernel's own columns: 0 = unknown) from a line boundary,
+// a row's requests are kRowBytes / 64 prefetches at fixed offsets; otherwise request_lines walks
+// the lines. One thread, a GQA group of four over an f32 cache (D 128), L2-resident: the walk's
+// address arithmetic and loop were about 80 of the ~130 instructions a key took in pv_tile_vmem.
+template <class T, int64_t kRowBytesOf = 0>
+struct RowRequests {
+  static constexpr int64_t kRowBytes = kRowBytesOf % 64 == 0 ? kRowBytesOf : 0;  // (whole lines only)
   const T* v0;
   const T* v1;
-  int64_t split, count, ldv, bytes;
-  explicit AheadRows(const PvArgs& a)
+  int64_t split, count, ldv, bytes, pf_keys, pf_limit;
+  bool fixed_next, fixed_ahead;
+  RowRequests(const PvArgs& a, const T* v)
       : v0(static_cast<const T*>(a.l2_v[0])),
         v1(static_cast<const T*>(a.l2_v[1])),
         split(a.l2_split),
-        count(a.l2_count),
+        count(a.pf_bytes && a.l2_v[0] ? a.l2_count : 0),
         ldv(a.ldv),
-        bytes(a.pf_bytes) {}
-  // Key j's ahead row, if it has one.
-  [[gnu::always_inline]] void request(int64_t j) const {
-    if (j < count) request_lines<2>(j < split ? v0 + j * ldv : v1 + (j - split) * ldv, bytes);
+        bytes(a.pf_bytes),
+        pf_keys(a.pf_keys),
+        pf_limit(a.pf_bytes ? a.pf_limit : 0) {
+    const bool whole = kRowBytes > 0 && bytes == kRowBytes;
+    fixed_next = whole && rows_on_lines<T>(v + pf_keys * ldv, ldv);
+    fixed_ahead = whole && v0 && rows_on_lines<T>(v0, ldv) && (!v1 || rows_on_lines<T>(v1, ldv));
+  }
+  bool any() const { return pf_limit > 0 || count > 0; }
+  // Row j + pf_keys into L1 (v: row j), below pf_limit.
+  [[gnu::always_inline]] void next(int64_t j, const T* v) const {
+    if (j + pf_keys >= pf_limit) return;
+    if constexpr (kRowBytes > 0)
+      if (fixed_next) return request_whole_lines<3, kRowBytes>(v + pf_keys * ldv);
+    request_lines<3>(v + pf_keys * ldv, bytes);
+  }
+  // Key j's ahead row into L2, if it has one.
+  [[gnu::always_inline]] void ahead(int64_t j) const {
+    if (j >= count) return;
+    const T* row = j < split ? v0 + j * ldv : v1 + (j - split) * ldv;
+    if constexpr (kRowBytes > 0)
+      if (fixed_ahead) return request_whole_lines<2, kRowBytes>(row);
+    request_lines<2>(row, bytes);
   }
 };
 
@@ -110,10 +148,9 @@ void pv_tile(const PvArgs& a) {
   }
   const T* v = static_cast<const T*>(a.v);
   const float* p = a.p;
-  const AheadRows<T> ahead(a);
+  const RowRequests<T, NV * W* static_cast<int64_t>(sizeof(T))> req(a, v);
   for (int64_t j = 0; j < a.keys; ++j, v += a.ldv, p += a.p_key_stride) {
-    if (a.pf_bytes && j + a.pf_keys < a.pf_limit) request_lines<3>(v + a.pf_keys * a.ldv, a.pf_bytes);
-    if (ahead.v0) ahead.request(j);
+    if (req.any()) req.next(j, v), req.ahead(j);
     if constexpr (R == 1 && !Masked) {
       // One row: each V vector is widened and used at once, so a widened (bf16, f16, i8) V needs
       // one temporary instead of NV (loading all NV first spilled an accumulator: 8 + 8 + 1 > 16).
@@ -160,8 +197,6 @@ template <class Arch, int R, int NV, class T = float>
   // The arguments in locals, as pv_rows_in_memory (O's stores could alias them).
   float* const o = a.o;
   const int64_t ldo = a.ldo, ldv = a.ldv, keys = a.keys, prs = a.p_row_stride, pks = a.p_key_stride;
-  const int64_t pf_keys = a.pf_keys, pf_limit = a.pf_limit, pf_bytes = a.pf_bytes;
-  const AheadRows<T> ahead(a);
   B acc[R][NV];
   ATTEND_UNROLL
   for (int r = 0; r < R; ++r) {
@@ -171,9 +206,9 @@ template <class Arch, int R, int NV, class T = float>
   }
   const T* v = static_cast<const T*>(a.v);
   const float* p = a.p;
+  const RowRequests<T, NV * W* static_cast<int64_t>(sizeof(T))> req(a, v);
   for (int64_t j = 0; j < keys; ++j, v += ldv, p += pks) {
-    if (pf_bytes && j + pf_keys < pf_limit) request_lines<3>(v + pf_keys * ldv, pf_bytes);
-    if (ahead.v0) ahead.request(j);
+    if (req.any()) req.next(j, v), req.ahead(j);
     if constexpr (std::is_same_v<T, float>) {
       ATTEND_UNROLL
       for (int r = 0; r < R; ++r) {
@@ -217,8 +252,7 @@ template <class Arch, int R, class T, bool Masked>
   float* orow[R];
   for (int r = 0; r < R; ++r) orow[r] = a.o + r * a.ldo;
   const int64_t ldv = a.ldv, keys = a.keys, prs = a.p_row_stride, pks = a.p_key_stride;
-  const int64_t pf_keys = a.pf_keys, pf_limit = a.pf_limit, pf_bytes = a.pf_bytes;
-  const AheadRows<T> ahead(a);
+  const RowRequests<T> req(a, static_cast<const T*>(a.v));
   for (int r = 0; r < R; ++r) {
     const B al(a.alpha[r]);
     for (int64_t n = 0; n < value_vectors; ++n) (B::load_aligned(orow[r] + n * W) * al).store_aligned(orow[r] + n * W);
@@ -239,10 +273,8 @@ template <class Arch, int R, class T, bool Masked>
     constexpr int K = decltype(k_count)::value;
     for (; j + K <= keys; j += K, v += K * ldv, p += K * pks) {
       // Rows j + pf_keys on, whole; and the rows l2_* ahead into L2.
-      for (int64_t k = 0; pf_bytes && k < K && j + k + pf_keys < pf_limit; ++k)
-        request_lines<3>(v + (pf_keys + k) * ldv, pf_bytes);
-      if (ahead.v0)
-        for (int k = 0; k < K; ++k) ahead.request(j + k);
+      if (req.any())
+        for (int k = 0; k < K; ++k) req.next(j + k, v + k * ldv), req.ahead(j + k);
       B pk[K][R];
       ATTEND_UNROLL
       for (int k = 0; k < K; ++k)

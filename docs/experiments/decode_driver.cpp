@@ -1,0 +1,71 @@
+// Session 34's decode driver (docs/performance.md, "Session 34"): not built by the project. One
+// decode step over a KVCache (f32 or i8, one sequence, Hkv kv heads × L keys, D 128, GROUP query rows
+// per kv head), timed after the bench's eviction of the cache's bytes (bench/machine.hpp Evict) and
+// paired with a plain read of the same bytes; NOEVICT=1 (argument 5) times it warm (L2 or L3).
+// Median step, read and share over REPS steps. Built from the repository root after a build:
+//   g++ -std=c++20 -O2 -march=native -fopenmp -I. -Iinclude -Ibuild/runtime/include \
+//       docs/experiments/decode_driver.cpp bench/machine.cpp -o /tmp/decode_driver \
+//       build/lib/libattend_core.a -ldnnl -lnuma -lbenchmark -lpthread
+//   OMP_NUM_THREADS=2 /tmp/decode_driver i8 4096 8 41        # D2's shape, evicted
+//   OMP_NUM_THREADS=1 /tmp/decode_driver f32 1024 1 801 1    # one head, L2-resident
+//   usage: decode_driver f32|i8 L Hkv REPS NOEVICT GROUP
+#include <attend/attend.hpp>
+#include <chrono>
+#include <cstdio>
+
+#include "bench/bench_common.hpp"
+using namespace attend;
+using namespace attend::bench;
+static double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+int main(int argc, char** argv) {
+  const DType dt = argc > 1 && std::string(argv[1]) == "f32" ? DType::f32 : DType::i8;
+  const int64_t L = argc > 2 ? atoll(argv[2]) : 4096, Hkv = argc > 3 ? atoll(argv[3]) : 8, D = 128;
+  const int64_t grp = argc > 6 ? atoll(argv[6]) : 4;
+  const int64_t Hq = Hkv * grp;
+  const int reps = argc > 4 ? atoi(argv[4]) : 41;
+  const bool noflush = argc > 5 && atoi(argv[5]);
+  KvBuffer k(Hkv * L * D), v(Hkv * L * D);
+  fill(k, 21);
+  fill(v, 22);
+  std::vector<float> q(Hq * D), o(Hq * D), kn(Hkv * D), vn(Hkv * D);
+  fill(q, 23);
+  fill(kn, 24);
+  fill(vn, 25);
+  KVCache cache({Hkv, D, 1, L, dt});
+  cache.append(0, TensorView(k.data(), {1, Hkv, L - 1, D}, {0, L * D, D, 1}),
+               TensorView(v.data(), {1, Hkv, L - 1, D}, {0, L * D, D, 1}));
+  const auto Q = TensorView::dense(static_cast<const float*>(q.data()), {1, Hq, 1, D});
+  const auto KN = TensorView::dense(static_cast<const float*>(kn.data()), {1, Hkv, 1, D});
+  const auto VN = TensorView::dense(static_cast<const float*>(vn.data()), {1, Hkv, 1, D});
+  const auto O = TensorView::dense(o.data(), {1, Hq, 1, D});
+  std::vector<int64_t> seqs{0};
+  Evict e = evict_cache(cache, seqs);
+  std::vector<double> ts, rs;
+  uint32_t sink = 0;
+  for (int i = 0; i < reps + 3; ++i) {
+    cache.truncate(0, L - 1);
+    if (!noflush) e();
+    double t0 = now();
+    cached_attention(Q, KN, VN, cache, seqs, O);
+    double t1 = now();
+    if (!noflush) e();
+    double t2 = now();
+    sink ^= e.read();
+    double t3 = now();
+    if (i >= 3) {
+      ts.push_back(t1 - t0);
+      rs.push_back(t3 - t2);
+    }
+  }
+  std::vector<double> ratio;
+  for (size_t i = 0; i < ts.size(); ++i) ratio.push_back(rs[i] / ts[i]);
+  auto med = [](std::vector<double> x) {
+    std::sort(x.begin(), x.end());
+    return x[x.size() / 2];
+  };
+  std::printf("%s L=%lld Hkv=%lld: step %.1f us, read %.1f us, share %.1f%% (bytes %.2f MB) %u\n",
+              argv[1] ? argv[1] : "i8", (long long)L, (long long)Hkv, med(ts) * 1e6, med(rs) * 1e6, 100 * med(ratio),
+              e.bytes() / 1e6, sink & 1);
+}
