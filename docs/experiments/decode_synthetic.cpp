@@ -8,6 +8,10 @@
 // NOEVICT=1 with a small buffer (1 MiB) measures the arithmetic alone (GB/s columns). The data
 // must be normal floats: bytes 0x01 made every FMA a microcode assist (denormal products).
 // The next step: grow it towards flash_narrow until it loses what the kernel loses.
+// Session 35: its plain read (four 512-bit loads into one XOR chain per 256 bytes) streams ~10%
+// slower on the AMX Xeon than the bench's Evict::read (28.4–31.7 against 33–35 GB/s), so its
+// shares stand against a slower read than the bench's; docs/experiments/read_shapes.cpp compares
+// read loops, and its eviction fences only the calling thread (the bench fences each).
 #include <immintrin.h>
 #include <omp.h>
 #include <sys/mman.h>
