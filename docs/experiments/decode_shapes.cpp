@@ -27,37 +27,9 @@
 #include <cstring>
 #include <vector>
 
+#include "stream_probe.hpp"
+
 constexpr long H = 8, L = 4096, D = 128, T = 256, KB = L * D * 4;  // KB: one head's K (or V) bytes
-
-static char* huge(size_t n) {
-  void* p = mmap(nullptr, n + (2 << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  char* a = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p) + (2 << 20) - 1) & ~uintptr_t((2 << 20) - 1));
-  madvise(a, n, MADV_HUGEPAGE);
-  float* f = reinterpret_cast<float*>(a);
-  for (size_t i = 0; i < n / 4; ++i) f[i] = 1e-3f * static_cast<float>(i % 97);  // normal floats
-  return a;
-}
-
-static void evict(char* p, size_t n) {
-#pragma omp parallel num_threads(2)
-  {
-    const int t = omp_get_thread_num();
-    for (size_t i = n / 2 * t; i < n / 2 * (t + 1); i += 64) _mm_clflushopt(p + i);
-    _mm_mfence();
-  }
-}
-
-__attribute__((noinline)) unsigned bench_read(const char* c, size_t n) {
-  unsigned x[16] = {};
-  const unsigned* w = reinterpret_cast<const unsigned*>(c);
-  for (size_t i = 0; i < n / 4; i += 16) {
-#pragma omp simd
-    for (int k = 0; k < 16; ++k) x[k] ^= w[i + k];
-  }
-  unsigned y = 0;
-  for (unsigned v : x) y ^= v;
-  return y;
-}
 
 alignas(64) static float q[4][D];
 
@@ -172,7 +144,7 @@ __attribute__((noinline)) float plain_head(const char* base) {
 
 int main() {
   const size_t bytes = static_cast<size_t>(H) * 2 * KB;
-  char* buf = huge(bytes);
+  char* buf = huge_buffer(bytes);
   for (int r = 0; r < 4; ++r)
     for (int d = 0; d < D; ++d) q[r][d] = 1e-3f * static_cast<float>(r + d);
   constexpr int M = 8;

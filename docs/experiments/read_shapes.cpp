@@ -19,35 +19,7 @@
 #include <cstring>
 #include <vector>
 
-static char* huge(size_t n) {
-  void* p = mmap(nullptr, n + (2 << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  char* a = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p) + (2 << 20) - 1) & ~uintptr_t((2 << 20) - 1));
-  madvise(a, n, MADV_HUGEPAGE);
-  std::memset(a, 0x3f, n);
-  return a;
-}
-
-static void evict(char* p, size_t n) {
-#pragma omp parallel num_threads(2)
-  {
-    const int t = omp_get_thread_num();
-    for (size_t i = n / 2 * t; i < n / 2 * (t + 1); i += 64) _mm_clflushopt(p + i);
-    _mm_mfence();
-  }
-}
-
-// The bench's plain read (bench/machine.cpp xor_words).
-__attribute__((noinline)) unsigned bench_read(const char* c, size_t n) {
-  unsigned x[16] = {};
-  const unsigned* w = reinterpret_cast<const unsigned*>(c);
-  for (size_t i = 0; i < n / 4; i += 16) {
-#pragma omp simd
-    for (int k = 0; k < 16; ++k) x[k] ^= w[i + k];
-  }
-  unsigned y = 0;
-  for (unsigned v : x) y ^= v;
-  return y;
-}
+#include "stream_probe.hpp"
 
 // 512-bit loads, C independent chains (C lines per iteration), optional requests per line.
 template <int C, bool P0, bool P1>
@@ -89,7 +61,7 @@ __attribute__((noinline)) unsigned zmm_rows(const char* c, size_t n) {
 
 int main(int argc, char** argv) {
   const size_t bytes = static_cast<size_t>(argc > 1 ? atoi(argv[1]) : 32) << 20;
-  char* buf = huge(bytes);
+  char* buf = huge_buffer(bytes);
   constexpr int M = 8;
   const char* names[M] = {"bench read (256-bit)",
                           "512-bit, 1 chain",
