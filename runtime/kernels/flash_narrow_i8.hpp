@@ -194,17 +194,27 @@ inline void i8_scores_dispatch(int row_pack, const I8* const* blk, const float* 
 template <int NR, int CV>
 [[gnu::noinline]] void i8_pv(const int8_t* v, int64_t ldv, const int16_t* w, int64_t ldw, int64_t pairs, int32_t* acc,
                              int64_t ldacc, int64_t pf_keys, int64_t pf_limit, int64_t pf_bytes, const PvAhead& ahead) {
-  // (No requests unless pf_keys > 0; rows of 128 bytes, D 128, at fixed offsets: RowRequests.)
-  const RowRequests<int8_t, 128> req(v, ldv, pf_keys, pf_keys > 0 ? pf_limit : 0, pf_keys > 0 ? pf_bytes : 0, ahead);
+  const int8_t* a0 = static_cast<const int8_t*>(ahead.v[0]);
+  const int8_t* a1 = static_cast<const int8_t*>(ahead.v[1]);
+  const int64_t a_split = ahead.split, a_count = pf_keys > 0 && a0 ? ahead.count : 0;
+  // Rows of 128 bytes on line boundaries (D 128): two requests at fixed offsets (RowRequests).
+  const bool fixed = pf_bytes == 128 && rows_on_lines<int8_t>(v, ldv) && (!a0 || rows_on_lines<int8_t>(a0, ldv)) &&
+                     (!a1 || rows_on_lines<int8_t>(a1, ldv));
+  auto request = [&](auto hint, const int8_t* row) {
+    constexpr int H = decltype(hint)::value;
+    if (fixed) return request_whole_lines<H, 128>(row);
+    request_lines<H>(row, pf_bytes);
+  };
   __m512i a[NR][2 * CV];
   ATTEND_UNROLL
   for (int r = 0; r < NR; ++r)
     for (int i = 0; i < 2 * CV; ++i) a[r][i] = _mm512_load_si512(acc + r * ldacc + i * 16);
   for (int64_t p = 0; p < pairs; ++p, v += 2 * ldv, w += 2) {
-    if (req.any()) {
-      req.next(2 * p, v), req.next(2 * p + 1, v + ldv);
-      req.ahead(2 * p), req.ahead(2 * p + 1);
-    }
+    if (pf_keys > 0)
+      for (int64_t k = 0; k < 2 && 2 * p + k + pf_keys < pf_limit; ++k)
+        request(std::integral_constant<int, 3>{}, v + (pf_keys + k) * ldv);
+    for (int64_t k = 2 * p; k < 2 * p + 2 && k < a_count; ++k)
+      request(std::integral_constant<int, 2>{}, k < a_split ? a0 + k * ldv : a1 + (k - a_split) * ldv);
     __m512i pw[NR];
     ATTEND_UNROLL
     for (int r = 0; r < NR; ++r) {

@@ -81,18 +81,14 @@ struct RowRequests {
   int64_t split, count, ldv, bytes, pf_keys, pf_limit;
   bool fixed_next, fixed_ahead;
   RowRequests(const PvArgs& a, const T* v)
-      : RowRequests(v, a.ldv, a.pf_keys, a.pf_limit, a.pf_bytes,
-                    PvAhead{{a.l2_v[0], a.l2_v[1]}, a.l2_split, a.l2_count}) {}
-  // From the fields themselves (v: row 0; no requests at all when bytes is 0).
-  RowRequests(const T* v, int64_t ldv, int64_t pf_keys, int64_t pf_limit, int64_t bytes, const PvAhead& ahead)
-      : v0(static_cast<const T*>(ahead.v[0])),
-        v1(static_cast<const T*>(ahead.v[1])),
-        split(ahead.split),
-        count(bytes && ahead.v[0] ? ahead.count : 0),
-        ldv(ldv),
-        bytes(bytes),
-        pf_keys(pf_keys),
-        pf_limit(bytes ? pf_limit : 0) {
+      : v0(static_cast<const T*>(a.l2_v[0])),
+        v1(static_cast<const T*>(a.l2_v[1])),
+        split(a.l2_split),
+        count(a.pf_bytes && a.l2_v[0] ? a.l2_count : 0),
+        ldv(a.ldv),
+        bytes(a.pf_bytes),
+        pf_keys(a.pf_keys),
+        pf_limit(a.pf_bytes ? a.pf_limit : 0) {
     const bool whole = kRowBytes > 0 && bytes == kRowBytes;
     fixed_next = whole && rows_on_lines<T>(v + pf_keys * ldv, ldv);
     fixed_ahead = whole && v0 && rows_on_lines<T>(v0, ldv) && (!v1 || rows_on_lines<T>(v1, ldv));
