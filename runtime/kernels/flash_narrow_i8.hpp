@@ -198,6 +198,9 @@ template <int NR, int CV>
   const int8_t* a1 = static_cast<const int8_t*>(ahead.v[1]);
   const int64_t a_split = ahead.split, a_count = pf_keys > 0 && a0 ? ahead.count : 0;
   // Rows of 128 bytes on line boundaries (D 128): two requests at fixed offsets (RowRequests).
+  // The rule is RowRequests', kept in these locals: through a RowRequests object this kernel (32
+  // accumulators, already spilling) kept more on the stack (objdump of i8_pv<4, 4>: 156 stack
+  // references against 104) and the 8-bit cache's D2/D3 lost 2–4 points of a read (session 35).
   const bool fixed = pf_bytes == 128 && rows_on_lines<int8_t>(v, ldv) && (!a0 || rows_on_lines<int8_t>(a0, ldv)) &&
                      (!a1 || rows_on_lines<int8_t>(a1, ldv));
   auto request = [&](auto hint, const int8_t* row) {
