@@ -38,6 +38,9 @@ struct Schedule {
   // are stored before the items (flattened (entry, kv head) pairs in early_stores).
   std::vector<int64_t> store_split;
   std::vector<int64_t> early_stores;
+  // Every item reads one key range of one (entry, kv head) with all its rows (decode): the items
+  // run in contiguous runs per thread (parallel::parallel_for_runs).
+  bool runs = false;
 };
 
 int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
@@ -131,6 +134,8 @@ Schedule& schedule_for(const Problem& pr, const kernels::KernelTable& table) {
     s.stride = std::max(s.stride, thread_stride(p));
   }
   s.first_item[n] = items;
+  s.runs = std::all_of(s.order.begin(), s.order.end(),
+                       [&](size_t i) { return pr.entries[i].num_queries == 0 || s.plans[i].row_blocks == 1; });
   int64_t pairs = 0;
   s.pair_at.assign(n, -1);
   for (size_t i = 0; i < n; ++i) {
@@ -318,7 +323,18 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
                                     .fetch_add(1, std::memory_order_acq_rel) == p.key_splits - 1)
       merge(b, hkv);
   };
-  parallel::parallel_for(items, nthreads, run_item);
+  // Decode: a thread takes its items in runs, so its next key range (or head) continues the K and
+  // V streams its last one read, and the hardware prefetchers keep them going instead of two new
+  // streams starting an item (the software requests stay within an item: letting them run on into
+  // the next range measured the same). AMX Xeon, 2 threads, evicted, share of the paired read
+  // (attend-bench, 3 rounds alternated, one item at a time → runs): cache f32 D2 (32 ranges of
+  // 1024 keys) 81.9/83.3/82.4 → 87.0/84.4/84.7%, D3 (64 heads) 85.3/84.2/84.6 → 86.4/85.9/86.3%,
+  // bf16 D2 74.7/74.0/75.5 → 77.7/77.8/78.4%, i8 D2 70.4/69.7/68.8 → 72.3/71.6/72.7%, sdpa D3
+  // 80.7/81.4/82.0 → 82.6/83.0/82.5%; the one-row shapes (D1, D4) within noise (session 36).
+  if (s.runs)
+    parallel::parallel_for_runs(items, nthreads, run_item);
+  else
+    parallel::parallel_for(items, nthreads, run_item);
 }
 
 }  // namespace attend::exec

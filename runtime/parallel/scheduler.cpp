@@ -4,6 +4,8 @@
 #include <omp.h>
 #endif
 
+#include <atomic>
+#include <cstdint>
 #include <exception>
 #include <mutex>
 
@@ -40,6 +42,87 @@ void parallel_for(int64_t count, int threads, ItemFn body) {
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mutex);
       if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+#endif
+}
+
+namespace {
+
+// A run's remaining items [next, end) in one word (next in the high half), so taking from the front
+// (its owner) and from the back (a thread whose run is done) are each one compare-and-swap.
+struct alignas(64) Run {
+  std::atomic<uint64_t> span;
+};
+
+constexpr int kMaxRuns = 64;
+constexpr uint64_t kHalf = 0xffffffffu;
+
+uint64_t pack_span(uint64_t next, uint64_t end) { return next << 32 | end; }
+
+// The front item of `run`, or -1 when it is empty.
+int64_t take_front(Run& run) {
+  uint64_t v = run.span.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t next = v >> 32, end = v & kHalf;
+    if (next >= end) return -1;
+    if (run.span.compare_exchange_weak(v, pack_span(next + 1, end), std::memory_order_relaxed)) return int64_t(next);
+  }
+}
+
+// The back item of `run`, or -1 when it is empty.
+int64_t take_back(Run& run) {
+  uint64_t v = run.span.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t next = v >> 32, end = v & kHalf;
+    if (next >= end) return -1;
+    if (run.span.compare_exchange_weak(v, pack_span(next, end - 1), std::memory_order_relaxed)) return int64_t(end - 1);
+  }
+}
+
+}  // namespace
+
+void parallel_for_runs(int64_t count, int threads, ItemFn body) {
+  if (count <= 0) return;
+  if (threads > count) threads = static_cast<int>(count);
+  if (threads > kMaxRuns || count > int64_t(kHalf)) return parallel_for(count, threads, body);
+  if (threads <= 1) {
+    for (int64_t i = 0; i < count; ++i) body(i, 0);
+    return;
+  }
+#if !defined(ATTEND_HAVE_OPENMP)
+  for (int64_t i = 0; i < count; ++i) body(i, 0);
+#else
+  Run runs[kMaxRuns];
+  for (int t = 0; t < threads; ++t)
+    runs[t].span.store(pack_span(uint64_t(count * t / threads), uint64_t(count * (t + 1) / threads)),
+                       std::memory_order_relaxed);
+  std::exception_ptr error;
+  std::mutex error_mutex;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num();
+    for (;;) {
+      int64_t item = take_front(runs[t]);
+      while (item < 0) {  // steal from the run with the most items left
+        int victim = -1;
+        uint64_t most = 0;
+        for (int u = 0; u < threads; ++u) {
+          const uint64_t v = runs[u].span.load(std::memory_order_relaxed);
+          const uint64_t left = (v >> 32) < (v & kHalf) ? (v & kHalf) - (v >> 32) : 0;
+          if (left > most) most = left, victim = u;
+        }
+        if (victim < 0) break;
+        item = take_back(runs[victim]);
+      }
+      if (item < 0) break;
+      try {
+        body(item, t);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
     }
   }
   if (error) std::rethrow_exception(error);

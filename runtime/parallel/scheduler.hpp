@@ -29,4 +29,11 @@ class ItemFn {
 /// is rethrown on the calling thread after the loop.
 void parallel_for(int64_t count, int threads, ItemFn body);
 
+/// The same items, scheduled in contiguous runs: thread t starts on the run [t·count/T,
+/// (t+1)·count/T) and takes it in index order; a thread whose run is done takes the last item of
+/// the run with the most items left. For items that read adjacent memory one after another (a
+/// decode's key ranges of one head): a thread's next item continues the stream its last one read.
+/// Which thread runs an item changes nothing else (items are split by shape only).
+void parallel_for_runs(int64_t count, int threads, ItemFn body);
+
 }  // namespace attend::parallel

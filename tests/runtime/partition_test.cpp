@@ -1,7 +1,16 @@
-// The work-splitting functions depend on shape only; these pin down their contract.
+// The work-splitting functions depend on shape only; these pin down their contract, and that of
+// the schedulers that run the items.
 #include "../../runtime/parallel/partition.hpp"
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <stdexcept>
+#include <vector>
+
+#include "../../runtime/parallel/scheduler.hpp"
 
 namespace attend::parallel {
 namespace {
@@ -42,6 +51,66 @@ TEST(Partition, RowBlocks) {
   EXPECT_EQ(row_blocks(65, 64), 2);
   EXPECT_EQ(row_blocks(1, 64), 1);
   EXPECT_EQ(row_blocks(0, 64), 0);
+}
+
+// Runs body over `count` items on `threads` threads with parallel_for_runs; returns each item's
+// run count and, per thread, the items it ran in order.
+struct RunLog {
+  std::vector<int> times;
+  std::vector<std::vector<int64_t>> by_thread;
+};
+
+RunLog run_all(int64_t count, int threads) {
+  RunLog log;
+  std::vector<std::atomic<int>> times(static_cast<size_t>(count));
+  log.by_thread.resize(static_cast<size_t>(threads));
+  std::mutex m;
+  auto body = [&](int64_t item, int thread) {
+    EXPECT_GE(thread, 0);
+    EXPECT_LT(thread, threads);
+    times[static_cast<size_t>(item)].fetch_add(1);
+    std::lock_guard<std::mutex> lock(m);
+    log.by_thread[static_cast<size_t>(thread)].push_back(item);
+  };
+  parallel_for_runs(count, threads, body);
+  for (auto& t : times) log.times.push_back(t.load());
+  return log;
+}
+
+TEST(Scheduler, RunsTakeEveryItemOnce) {
+  for (int threads : {1, 2, 3, 5, 16, 64, 65})
+    for (int64_t count : {0, 1, 2, 3, 7, 17, 64, 513}) {
+      const RunLog log = run_all(count, threads);
+      for (int64_t i = 0; i < count; ++i) EXPECT_EQ(log.times[static_cast<size_t>(i)], 1) << count << " " << threads;
+    }
+}
+
+// A thread takes the items of its own run, [t·count/T, (t+1)·count/T), in index order (the other
+// runs' items it takes after its own are done, from their back).
+TEST(Scheduler, RunsAreTakenInOrder) {
+  for (int threads : {2, 3, 16})
+    for (int64_t count : {7, 32, 513}) {
+      const int t_used = static_cast<int>(std::min<int64_t>(threads, count));
+      const RunLog log = run_all(count, threads);
+      for (int t = 0; t < t_used; ++t) {
+        const int64_t lo = count * t / t_used, hi = count * (t + 1) / t_used;
+        int64_t last = -1;
+        for (int64_t item : log.by_thread[static_cast<size_t>(t)])
+          if (item >= lo && item < hi) {
+            EXPECT_GT(item, last) << "thread " << t << " of " << threads << ", " << count << " items";
+            last = item;
+          }
+      }
+    }
+}
+
+TEST(Scheduler, RunsRethrowTheFirstError) {
+  for (int threads : {1, 2}) {
+    auto body = [&](int64_t item, int) {
+      if (item == 5) throw std::runtime_error("item 5");
+    };
+    EXPECT_THROW(parallel_for_runs(9, threads, body), std::runtime_error) << threads;
+  }
 }
 
 }  // namespace
