@@ -13,6 +13,8 @@
 //   4  3 + a softmax-like pass between the phases (4 rows × 256 scores, exp-like polynomial)
 //   5, 6  4 + one or two lines of V rows beyond P·V's own window requested into L2 per vector
 //      step of that pass
+//   7  4 software-pipelined (session 36): the scores of tile t + 1's block pairs interleaved with
+//      the P·V of tile t's keys, 32 V rows per block pair, so both streams always flow
 // Medians of 15 passes, stages rotated from one pass to the next.
 //   g++ -O2 -march=native -fopenmp docs/experiments/decode_shapes.cpp -o /tmp/decode_shapes
 //   /tmp/decode_shapes
@@ -135,6 +137,34 @@ float head(const char* base) {
   return _mm512_reduce_add_ps(sink) + o[0] + o[4 * D - 1];
 }
 
+// Scores of tile t + 1 interleaved with P·V of tile t (32 keys of V per block pair of K).
+float head_pipe(const char* base) {
+  const float* K = reinterpret_cast<const float*>(base);
+  const float* V = reinterpret_cast<const float*>(base + KB);
+  alignas(64) static thread_local float sa[4 * T], sb[4 * T], o[4 * D];
+  std::memset(o, 0, sizeof o);
+  const long nb = L / 16;
+  auto blk = [&](long b) { return reinterpret_cast<const char*>(K + b * 16 * D); };
+  __m512 sink = _mm512_setzero_ps();
+  auto score_pair = [&](long b, float* s) {
+    const bool p = b + 3 < nb, l = b + 4 < nb;
+    sink = _mm512_add_ps(
+        sink, scores<true, true>(K + b * 16 * D, K + (b + 1) * 16 * D, p ? blk(b + 2) : nullptr,
+                                 p ? blk(b + 3) : nullptr, l ? blk(b + 3) : nullptr, l ? blk(b + 4) : nullptr, s));
+  };
+  float *cur = sa, *nxt = sb;
+  for (long b = 0; b < T / 16; b += 2) score_pair(b, cur + b * 16);
+  for (long t = 0; t < L; t += T) {
+    softmax_like<0>(cur, nullptr);
+    for (long i = 0; i < T / 32; ++i) {
+      if (t + T < L) score_pair((t + T) / 16 + 2 * i, nxt + 32 * i);
+      pv<true, true>(V + (t + 32 * i) * D, 32, L - t - 32 * i, cur + 32 * i, o);
+    }
+    std::swap(cur, nxt);
+  }
+  return _mm512_reduce_add_ps(sink) + o[0] + o[4 * D - 1];
+}
+
 __attribute__((noinline)) float plain_head(const char* base) {
   __m512 a = _mm512_setzero_ps();
   const float* f = reinterpret_cast<const float*>(base);
@@ -147,7 +177,7 @@ int main() {
   char* buf = huge_buffer(bytes);
   for (int r = 0; r < 4; ++r)
     for (int d = 0; d < D; ++d) q[r][d] = 1e-3f * static_cast<float>(r + d);
-  constexpr int M = 8;
+  constexpr int M = 9;
   const char* names[M] = {"the bench's plain read",
                           "0 heads' K then V, one chain",
                           "1 kernel order, no requests",
@@ -155,7 +185,8 @@ int main() {
                           "3 + the FMAs",
                           "4 + a softmax-like pass",
                           "5 4 + 1 V line into L2 a step",
-                          "6 4 + 2 V lines into L2 a step"};
+                          "6 4 + 2 V lines into L2 a step",
+                          "7 4 with K of t+1 and V of t interleaved"};
   std::vector<double> r[M];
   volatile float sink = 0;
   for (int rep = 0; rep < 15; ++rep)
@@ -179,6 +210,7 @@ int main() {
             case 5: v = head<true, true, true>(base); break;
             case 6: v = head<true, true, true, 1>(base); break;
             case 7: v = head<true, true, true, 2>(base); break;
+            case 8: v = head_pipe(base); break;
           }
           sink = sink + v;
         }
