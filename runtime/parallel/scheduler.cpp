@@ -23,6 +23,23 @@ int default_threads(int in_flight) {
 int default_threads(int) { return 1; }
 #endif
 
+namespace {
+
+// The first exception the items throw, rethrown on the calling thread after the loop.
+struct FirstError {
+  std::exception_ptr error;
+  std::mutex mutex;
+  void keep() {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!error) error = std::current_exception();
+  }
+  void rethrow() const {
+    if (error) std::rethrow_exception(error);
+  }
+};
+
+}  // namespace
+
 void parallel_for(int64_t count, int threads, ItemFn body) {
   if (count <= 0) return;
   if (threads > count) threads = static_cast<int>(count);
@@ -33,21 +50,20 @@ void parallel_for(int64_t count, int threads, ItemFn body) {
 #if !defined(ATTEND_HAVE_OPENMP)
   for (int64_t i = 0; i < count; ++i) body(i, 0);
 #else
-  std::exception_ptr error;
-  std::mutex error_mutex;
+  FirstError first;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
   for (int64_t i = 0; i < count; ++i) {
     try {
       body(i, omp_get_thread_num());
     } catch (...) {
-      std::lock_guard<std::mutex> lock(error_mutex);
-      if (!error) error = std::current_exception();
+      first.keep();
     }
   }
-  if (error) std::rethrow_exception(error);
+  first.rethrow();
 #endif
 }
 
+#if defined(ATTEND_HAVE_OPENMP)
 namespace {
 
 // A run's remaining items [next, end) in one word (next in the high half), so taking from the front
@@ -61,50 +77,29 @@ constexpr uint64_t kHalf = 0xffffffffu;
 
 uint64_t pack_span(uint64_t next, uint64_t end) { return next << 32 | end; }
 
-// The front item of `run`, or -1 when it is empty.
-int64_t take_front(Run& run) {
+// The front (or back) item of `run`, or -1 when it is empty.
+int64_t take(Run& run, bool back) {
   uint64_t v = run.span.load(std::memory_order_relaxed);
   for (;;) {
     const uint64_t next = v >> 32, end = v & kHalf;
     if (next >= end) return -1;
-    if (run.span.compare_exchange_weak(v, pack_span(next + 1, end), std::memory_order_relaxed)) return int64_t(next);
+    const uint64_t rest = back ? pack_span(next, end - 1) : pack_span(next + 1, end);
+    if (run.span.compare_exchange_weak(v, rest, std::memory_order_relaxed)) return int64_t(back ? end - 1 : next);
   }
 }
 
-// The back item of `run`, or -1 when it is empty.
-int64_t take_back(Run& run) {
-  uint64_t v = run.span.load(std::memory_order_relaxed);
-  for (;;) {
-    const uint64_t next = v >> 32, end = v & kHalf;
-    if (next >= end) return -1;
-    if (run.span.compare_exchange_weak(v, pack_span(next, end - 1), std::memory_order_relaxed)) return int64_t(end - 1);
-  }
-}
-
-}  // namespace
-
-void parallel_for_runs(int64_t count, int threads, ItemFn body) {
-  if (count <= 0) return;
-  if (threads > count) threads = static_cast<int>(count);
-  if (threads > kMaxRuns || count > int64_t(kHalf)) return parallel_for(count, threads, body);
-  if (threads <= 1) {
-    for (int64_t i = 0; i < count; ++i) body(i, 0);
-    return;
-  }
-#if !defined(ATTEND_HAVE_OPENMP)
-  for (int64_t i = 0; i < count; ++i) body(i, 0);
-#else
+// parallel_for_runs on 2..kMaxRuns threads.
+void run_in_runs(int64_t count, int threads, ItemFn body) {
   Run runs[kMaxRuns];
   for (int t = 0; t < threads; ++t)
     runs[t].span.store(pack_span(uint64_t(count * t / threads), uint64_t(count * (t + 1) / threads)),
                        std::memory_order_relaxed);
-  std::exception_ptr error;
-  std::mutex error_mutex;
+  FirstError first;
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num();
     for (;;) {
-      int64_t item = take_front(runs[t]);
+      int64_t item = take(runs[t], false);
       while (item < 0) {  // steal from the run with the most items left
         int victim = -1;
         uint64_t most = 0;
@@ -114,19 +109,28 @@ void parallel_for_runs(int64_t count, int threads, ItemFn body) {
           if (left > most) most = left, victim = u;
         }
         if (victim < 0) break;
-        item = take_back(runs[victim]);
+        item = take(runs[victim], true);
       }
       if (item < 0) break;
       try {
         body(item, t);
       } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
+        first.keep();
       }
     }
   }
-  if (error) std::rethrow_exception(error);
+  first.rethrow();
+}
+
+}  // namespace
 #endif
+
+void parallel_for_runs(int64_t count, int threads, ItemFn body) {
+  if (threads > count) threads = static_cast<int>(count);
+#if defined(ATTEND_HAVE_OPENMP)
+  if (threads >= 2 && threads <= kMaxRuns && count <= int64_t(kHalf)) return run_in_runs(count, threads, body);
+#endif
+  parallel_for(count, threads, body);  // (one thread, more than kMaxRuns, or no OpenMP)
 }
 
 }  // namespace attend::parallel
