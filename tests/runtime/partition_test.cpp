@@ -85,20 +85,21 @@ TEST(Scheduler, RunsTakeEveryItemOnce) {
     }
 }
 
-// A thread takes the items of its own run, [t·count/T, (t+1)·count/T), in index order (the other
-// runs' items it takes after its own are done, from their back).
-TEST(Scheduler, RunsAreTakenInOrder) {
+// A thread takes the items of its own run, [t·count/T, (t+1)·count/T), from its front one after
+// another: those it runs are lo, lo + 1, ... in that order (the rest of its run, if any, went to
+// threads that had finished theirs, from the back). A shared one-at-a-time schedule would give a
+// thread every T-th item instead.
+TEST(Scheduler, RunsAreTakenFromTheFront) {
   for (int threads : {2, 3, 16})
     for (int64_t count : {7, 32, 513}) {
       const int t_used = static_cast<int>(std::min<int64_t>(threads, count));
       const RunLog log = run_all(count, threads);
       for (int t = 0; t < t_used; ++t) {
         const int64_t lo = count * t / t_used, hi = count * (t + 1) / t_used;
-        int64_t last = -1;
+        int64_t expect = lo;
         for (int64_t item : log.by_thread[static_cast<size_t>(t)])
           if (item >= lo && item < hi) {
-            EXPECT_GT(item, last) << "thread " << t << " of " << threads << ", " << count << " items";
-            last = item;
+            EXPECT_EQ(item, expect++) << "thread " << t << " of " << threads << ", " << count << " items";
           }
       }
     }
