@@ -115,7 +115,9 @@ Schedule& schedule_for(const Problem& pr, const kernels::KernelTable& table) {
   for (size_t i = 0; i < n; ++i) s.order[i] = i;
   if (pr.plan_each_entry) {
     // Heaviest entries first (a prompt chunk before the decodes), so the dynamic schedule ends on
-    // small items. Only the schedule changes: no entry's work is split differently.
+    // small items (decode in runs: each run ends on its smallest, and a thread done with its own
+    // takes the smallest left, from a run's back). Only the schedule changes: no entry's work is
+    // split differently.
     const auto cost = [&](size_t i) {
       return pr.entries[i].num_queries * std::max<int64_t>(1, pr.entries[i].num_keys);
     };
@@ -229,7 +231,7 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
 
   // Items entry by entry in schedule order; within an entry head-major, heaviest row block first
   // (causal rows late in the sequence see more keys), so both threads walk the same head's K/V
-  // while it is in cache.
+  // while it is in cache (prefill; decode's items run in runs per thread, below).
   const int64_t l2_ahead = dispatch::decode_l2_ahead_bytes();
   auto run_item = [&](int64_t item, int thread) {
     const size_t at =
