@@ -6,6 +6,8 @@
 //   g++ -O2 -march=native -fopenmp docs/experiments/onednn_gemv_probe.cpp -o /tmp/gemv_probe -ldnnl
 //   OMP_NUM_THREADS=2 /tmp/gemv_probe 1 6144      # M, N
 //   ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16 OMP_NUM_THREADS=2 /tmp/gemv_probe 1 6144   # without AMX
+// The weights sit on 2 MiB pages (stream_probe.hpp), as the layer's packed weights; HUGE=0: in
+// oneDNN's own allocation.
 #include <immintrin.h>
 #include <omp.h>
 
@@ -17,6 +19,8 @@
 #include <dnnl.hpp>
 #include <string>
 #include <vector>
+
+#include "stream_probe.hpp"
 using namespace dnnl;
 using dt = memory::data_type;
 using tag = memory::format_tag;
@@ -57,7 +61,11 @@ int main(int argc, char** argv) {
     int idx = 0;
     do {
       std::string name = pd.impl_info_str();
-      memory wm(pd.weights_desc(), eng), sm(pd.src_desc(), eng), dm(pd.dst_desc(), eng);
+      // The weights on 2 MiB pages, as the layer's packed weights (HUGE=0: oneDNN's allocation).
+      const bool huge = !getenv("HUGE") || atoi(getenv("HUGE"));
+      memory wm = huge ? memory(pd.weights_desc(), eng, huge_buffer(pd.weights_desc().get_size()))
+                       : memory(pd.weights_desc(), eng);
+      memory sm(pd.src_desc(), eng), dm(pd.dst_desc(), eng);
       memset(wm.get_data_handle(), 0x3c, pd.weights_desc().get_size());
       memset(sm.get_data_handle(), 0x3c, pd.src_desc().get_size());
       matmul mm(pd);
