@@ -27,27 +27,11 @@ using tag = memory::format_tag;
 static double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-static void evict(const char* p, size_t n) {
-#pragma omp parallel num_threads(2)
-  {
-    int t = omp_get_thread_num();
-    for (size_t i = n / 2 * t; i < n / 2 * (t + 1); i += 64) _mm_clflushopt((void*)(p + i));
-    _mm_mfence();
-  }
-}
+// The bench's plain read of n bytes, each of two threads its half (stream_probe.hpp).
 static unsigned readb(const char* c, size_t n) {
   unsigned r = 0;
 #pragma omp parallel num_threads(2) reduction(^ : r)
-  {
-    int t = omp_get_thread_num();
-    const unsigned* w = (const unsigned*)(c + n / 2 * t);
-    unsigned x[16] = {};
-    for (size_t i = 0; i < n / 8; i += 16) {
-#pragma omp simd
-      for (int k = 0; k < 16; ++k) x[k] ^= w[i + k];
-    }
-    for (unsigned v : x) r ^= v;
-  }
+  r ^= bench_read(c + n / 2 * omp_get_thread_num(), n / 2);
   return r;
 }
 int main(int argc, char** argv) {
@@ -72,12 +56,12 @@ int main(int argc, char** argv) {
       const size_t wb = pd.weights_desc().get_size();
       std::vector<double> sh, tt;
       for (int rep = 0; rep < 15; ++rep) {
-        evict((const char*)wm.get_data_handle(), wb);
+        evict(static_cast<char*>(wm.get_data_handle()), wb);
         double t0 = now();
         mm.execute(s, {{DNNL_ARG_SRC, sm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, dm}});
         s.wait();
         double t1 = now();
-        evict((const char*)wm.get_data_handle(), wb);
+        evict(static_cast<char*>(wm.get_data_handle()), wb);
         double t2 = now();
         volatile unsigned r = readb((const char*)wm.get_data_handle(), wb);
         (void)r;
