@@ -134,23 +134,41 @@ const EnvDecode& env_decode() {
   return decode;
 }
 
-// ATTEND_AMX=0 keeps FpMath::bf16 off the AMX tiles (vdpbf16ps instead, where bf16 math runs);
-// unset or 1: AMX wherever it is usable. Anything else is an error for every call, like ATTEND_ISA.
-struct EnvAmx {
+// An on/off environment variable (0 or 1); anything else is an error for every call, like ATTEND_ISA.
+struct EnvSwitch {
   bool allowed = true;
   std::string error;
 };
 
-const EnvAmx& env_amx() {
-  static const EnvAmx amx = [] {
-    EnvAmx e;
+// ATTEND_AMX=0 keeps FpMath::bf16 off the AMX tiles (vdpbf16ps instead, where bf16 math runs);
+// unset or 1: AMX wherever it is usable.
+const EnvSwitch& env_amx() {
+  static const EnvSwitch amx = [] {
+    EnvSwitch e;
     env_choice<bool>("ATTEND_AMX", {{"0", false}, {"1", true}}, e.allowed, e.error);
     return e;
   }();
   return amx;
 }
 
+// ATTEND_BF16_GEMV=0 keeps the layer's bf16 decode projections on oneDNN; unset or 1: attend's GEMV
+// where the active ISA has it.
+const EnvSwitch& env_bf16_gemv() {
+  static const EnvSwitch gemv = [] {
+    EnvSwitch e;
+    env_choice<bool>("ATTEND_BF16_GEMV", {{"0", false}, {"1", true}}, e.allowed, e.error);
+    return e;
+  }();
+  return gemv;
+}
+
 }  // namespace
+
+kernels::Bf16GemvFn bf16_gemv() {
+  if (!env_bf16_gemv().error.empty()) throw Error(ErrorCode::invalid_argument, env_bf16_gemv().error);
+  if (!env_bf16_gemv().allowed || resolve(Isa::automatic) != Isa::avx512_bf16) return nullptr;
+  return kernels::bf16_gemv_avx512_bf16();
+}
 
 bool amx_bf16_math() {
   return cpu_features().amx_bf16 && env_amx().allowed &&

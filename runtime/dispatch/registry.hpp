@@ -4,6 +4,7 @@
 
 #include <attend/isa.hpp>
 
+#include "../context/internal_api.hpp"
 #include "../kernels/kernel_table.hpp"
 
 namespace attend::dispatch {
@@ -45,5 +46,11 @@ bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked);
 /// except for one row over a cache's blocked f32 K on the AMX Xeons (the hardware prefetchers
 /// alone: 4–8 points of a read better there, session 33).
 bool decode_k_l1_requests(kernels::KvType type, bool gqa, bool k_blocked);
+
+/// attend's bf16 decode GEMV for the layer's projections (kernels::Bf16GemvWork): the avx512_bf16
+/// kernel where the active ISA is avx512_bf16 (ATTEND_ISA may cap it) and the environment variable
+/// ATTEND_BF16_GEMV is unset or 1; null (oneDNN's matmul instead) where it is 0. Any other value
+/// throws attend::Error (invalid_argument), as ATTEND_ISA's do.
+ATTEND_INTERNAL kernels::Bf16GemvFn bf16_gemv();
 
 }  // namespace attend::dispatch

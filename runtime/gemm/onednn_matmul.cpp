@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../context/huge_pages.hpp"
+#include "../dispatch/registry.hpp"
 #include "../numeric/convert.hpp"
 
 namespace attend::gemm {
@@ -110,6 +111,18 @@ class OmpThreadLimit {
 #endif
 };
 
+// Whether `md` is oneDNN's BA16a64b2a packing of [in, out] bf16 weights, the layout
+// kernels::Bf16GemvWork reads: column blocks of 64, each contiguous, of reduction blocks of 32.
+bool ba16a64b2a(const memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked || d.ndims != 2 || d.data_type != dnnl_bf16 || d.offset0 != 0 || d.extra.flags != 0)
+    return false;
+  const dnnl_blocking_desc_t& b = d.format_desc.blocking;
+  return b.inner_nblks == 3 && b.inner_blks[0] == 16 && b.inner_idxs[0] == 0 && b.inner_blks[1] == 64 &&
+         b.inner_idxs[1] == 1 && b.inner_blks[2] == 2 && b.inner_idxs[2] == 0 && d.padded_dims[0] % 32 == 0 &&
+         d.padded_dims[1] % 64 == 0 && b.strides[0] == 32 * 64 && b.strides[1] == d.padded_dims[0] * 64;
+}
+
 }  // namespace
 
 struct Linear::Impl {
@@ -124,6 +137,11 @@ struct Linear::Impl {
   // run() cuts the product into tiles sized by the shape alone and runs each on one thread.
   bool tiled = false;
   memory::desc packed_md;
+  // attend's bf16 decode GEMV (kernels::Bf16GemvWork) for up to kBf16GemvMaxRows rows, where the
+  // CPU has it and oneDNN packed the weights as BA16a64b2a; null: oneDNN's matmul for every m.
+  kernels::Bf16GemvFn gemv = nullptr;
+  int64_t gemv_k_padded = 0;
+  bool own_gemv(int64_t m) const { return gemv && m <= kernels::kBf16GemvMaxRows; }
   HugePageBuffer weight_pages;  // weights' storage (huge_page_buffer), or null
   memory weights, bias;
   bool has_bias = false;
@@ -220,6 +238,37 @@ struct Linear::Impl {
   // One thread per tile, tiles in a fixed grid (the bits do not depend on `threads`).
   // `partial`: partial_floats(m) floats.
   void run_tiles(const void* src, void* dst, dt dst_type, int64_t m, int threads, float* partial) const;
+
+  // attend's GEMV on the current OpenMP thread count: contiguous runs of column blocks per thread.
+  void run_gemv(const uint16_t* x, void* y, bool y_bf16, int64_t m) const {
+    kernels::Bf16GemvWork work{x,
+                               in,
+                               m,
+                               in,
+                               static_cast<const uint16_t*>(weights.get_data_handle()),
+                               gemv_k_padded,
+                               out,
+                               0,
+                               0,
+                               has_bias ? static_cast<const float*>(bias.get_data_handle()) : nullptr,
+                               y,
+                               out,
+                               y_bf16};
+    const int64_t blocks = (out + 63) / 64;
+#if defined(ATTEND_HAVE_OPENMP)
+#pragma omp parallel
+    {
+      const int64_t t = omp_get_thread_num(), threads = omp_get_num_threads();
+      kernels::Bf16GemvWork mine = work;
+      mine.block_begin = t * blocks / threads;
+      mine.block_end = (t + 1) * blocks / threads;
+      if (mine.block_begin < mine.block_end) gemv(mine);
+    }
+#else
+    work.block_end = blocks;
+    gemv(work);
+#endif
+  }
 };
 
 void Linear::Impl::run_tiles(const void* src, void* dst, dt dst_type, int64_t m, int threads, float* partial) const {
@@ -342,6 +391,13 @@ Linear::Linear(const float* w, bool out_in, int64_t in, int64_t out, const float
     }
     s.tiled = force.tiled || std::string(pd->impl_info_str()).rfind("brg", 0) != 0;
     s.packed_md = s.tiled ? memory::desc({in, out}, s.src_type(), {s.ldw(), 1}) : pd->weights_desc();
+    if (type == WeightType::bf16) {  // (a malformed ATTEND_BF16_GEMV fails every bf16 projection)
+      const kernels::Bf16GemvFn gemv = dispatch::bf16_gemv();
+      if (s.bf16_math() && !s.tiled && !force.onednn_decode && ba16a64b2a(s.packed_md)) {
+        s.gemv = gemv;
+        s.gemv_k_padded = s.packed_md.data.padded_dims[0];
+      }
+    }
     // Source weights as f32 [in, out] (X·W) or [out, in] (nn.Linear, i.e. strides {1, in}).
     std::vector<float> rounded;
     const float* src = w;
@@ -378,7 +434,9 @@ const void* Linear::weight_data() const { return impl_->weights.get_data_handle(
 std::string Linear::implementation(int64_t m) const {
   const Impl& s = *impl_;
   std::string name;
-  if (s.tiled) {
+  if (s.own_gemv(m)) {
+    name = "attend bf16 gemv (vdpbf16ps over oneDNN's BA16a64b2a weights)";
+  } else if (s.tiled) {
     const Impl::Tiling t = s.tiling(m);
     name = s.primitive(t.rows, t.cols, dt::f32, t.depth)->name + " (fixed tiles" +
            (t.k_tiles > 1 ? ", reduction in " + std::to_string(t.k_tiles) + " blocks)" : ")");
@@ -405,7 +463,8 @@ size_t Linear::scratch_floats(int64_t m, ActType xt, ActType yt) const {
                                                            : static_cast<size_t>(m * s.in);
   const size_t dst_floats = dst != yt ? static_cast<size_t>(m * s.out) : 0;
   // (Tiles use oneDNN's own scratchpads, and decode tiles partial sums.)
-  const size_t pad = s.tiled ? 0 : scratchpad_floats(s.primitive(m, s.out, dnnl_type(dst))->scratch_bytes);
+  const size_t pad =
+      s.tiled || s.own_gemv(m) ? 0 : scratchpad_floats(s.primitive(m, s.out, dnnl_type(dst))->scratch_bytes);
   return pad + round_up16(src_floats) + round_up16(dst_floats) + (s.tiled ? s.partial_floats(m) : 0);
 }
 
@@ -415,7 +474,7 @@ void Linear::run(const void* x, ActType xt, void* y, ActType yt, int64_t m, int 
   const ActType dst_act = s.dst_act(yt);
   std::shared_ptr<const Impl::Entry> entry;
   size_t pad_floats = 0;
-  if (!s.tiled) {
+  if (!s.tiled && !s.own_gemv(m)) {
     entry = s.primitive(m, s.out, dnnl_type(dst_act));
     pad_floats = scratchpad_floats(entry->scratch_bytes);
   }
@@ -443,7 +502,9 @@ void Linear::run(const void* x, ActType xt, void* y, ActType yt, int64_t m, int 
   void* dst_ptr = dst_act == yt ? y : static_cast<void*>(rest);
   {
     OmpThreadLimit limit(threads);
-    if (s.tiled) {
+    if (s.own_gemv(m)) {
+      s.run_gemv(static_cast<const uint16_t*>(src_ptr), dst_ptr, dst_act == ActType::bf16, m);
+    } else if (s.tiled) {
       float* partial = dst_ptr == y ? rest : rest + round_up16(static_cast<size_t>(m * s.out));
       s.run_tiles(src_ptr, dst_ptr, dnnl_type(dst_act), m, threads, partial);
     } else {

@@ -16,8 +16,9 @@ enum class ActType { f32, bf16, f16 };
 
 /// Paths a Linear takes on its own only on some CPUs, forced (tests run them on every machine).
 struct LinearForce {
-  bool tiled = false;         ///< fixed tiles, one thread each (automatic where oneDNN has no brgemm matmul)
-  bool widened_bf16 = false;  ///< bf16 weights held as f32 values (automatic without a bf16 matmul)
+  bool tiled = false;          ///< fixed tiles, one thread each (automatic where oneDNN has no brgemm matmul)
+  bool widened_bf16 = false;   ///< bf16 weights held as f32 values (automatic without a bf16 matmul)
+  bool onednn_decode = false;  ///< a few rows on oneDNN's matmul even where attend's bf16 GEMV would take them
 };
 
 /// y[m, out] = x[m, in] · W[in, out] + bias. W is copied at construction into the layout oneDNN's
@@ -47,6 +48,9 @@ class Linear {
   /// f32 weights read f32 x (16-bit x is widened first); bf16 weights read bf16 x as it is (f32 x is
   /// rounded, f16 x converted, first). y comes straight out of oneDNN when it is f32, or bf16 with
   /// bf16 weights; otherwise through an f32 copy rounded to y's type.
+  /// bf16 weights and up to kernels::kBf16GemvMaxRows rows (decode) run attend's bf16 GEMV instead
+  /// of oneDNN's matmul where the CPU has AVX512_BF16 (dispatch::bf16_gemv): over the same packed
+  /// weights, each output summed in reduction order (the bits do not depend on `threads` either).
   void run(const void* x, ActType xt, void* y, ActType yt, int64_t m, int threads, float* scratch) const;
   void run(const float* x, float* y, int64_t m, int threads, float* scratch) const {
     run(x, ActType::f32, y, ActType::f32, m, threads, scratch);

@@ -190,3 +190,33 @@ const KernelTable* kernel_table_avx2();
 const KernelTable* kernel_table_generic();
 
 }  // namespace attend::kernels
+
+namespace attend::kernels {
+
+/// One thread's share of a decode projection y[rows, out] = x[rows, in] · W (+ bias) over bf16
+/// weights in oneDNN's brgemm packing for bf16 matmuls, BA16a64b2a: the columns in blocks of 64,
+/// each block one contiguous run of k_padded / 2 rows of 64 (column) × 2 (reduction) bf16 — the
+/// 16 × 2 pairs of one 64-byte line are one vdpbf16ps operand. Column block c starts at
+/// w + c·k_padded·64; k_padded is `in` rounded up to 32, the padding rows and columns are zero.
+/// Every output sums its terms in reduction order in one f32 accumulator, so the bits do not
+/// depend on how the blocks are shared between threads.
+struct Bf16GemvWork {
+  const uint16_t* x;  // bf16 rows: row r at x + r·x_stride
+  int64_t x_stride, rows, in;
+  const uint16_t* w;
+  int64_t k_padded, out;
+  int64_t block_begin, block_end;  // this thread's column blocks of 64
+  const float* bias;               // out floats, or null
+  void* y;                         // row r at y + r·y_stride elements: f32, or bf16 (rounded to nearest even)
+  int64_t y_stride;
+  bool y_bf16;
+};
+using Bf16GemvFn = void (*)(const Bf16GemvWork& work);
+/// Rows a Bf16GemvWork may have. Each row costs one vdpbf16ps per line of weights, which the AMX
+/// Xeon issues at ~0.45 per cycle: 5 rows already cost more than reading the line (session 37:
+/// 1-5 rows beat oneDNN's matmul, 6 and 8 lose to its AMX kernel), so past 4 oneDNN takes them.
+constexpr int64_t kBf16GemvMaxRows = 4;
+/// The avx512_bf16 object's GEMV (null where it is not compiled in).
+Bf16GemvFn bf16_gemv_avx512_bf16();
+
+}  // namespace attend::kernels

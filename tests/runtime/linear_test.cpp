@@ -1,18 +1,21 @@
 // The projections' GEMM wrapper (runtime/gemm): every path a CPU may take — oneDNN's own
 // (brgemm with AVX-512), fixed tiles (automatic where oneDNN would split the reduction across
-// threads), bf16 weights natively or held as widened bf16 values (automatic without a bf16 matmul)
-// — forced on whatever machine runs the suite, against a double-precision reference over awkward
+// threads), bf16 weights natively or held as widened bf16 values (automatic without a bf16 matmul),
+// attend's bf16 decode GEMV (automatic with AVX512_BF16 for up to 4 rows) or oneDNN's matmul in
+// its place — forced on whatever machine runs the suite, against a double-precision reference over awkward
 // shapes, 16-bit activations, both weight layouts, with and without bias, and bitwise identical for
 // 1, 2, 3 and 16 threads.
 #include <gtest/gtest.h>
 
 #include <attend/attend.hpp>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "runtime/dispatch/registry.hpp"
 #include "runtime/gemm/onednn_matmul.hpp"
 #include "runtime/numeric/convert.hpp"
 
@@ -39,7 +42,7 @@ struct Case {
   WeightType type;
   std::string name() const {
     return std::string(type == WeightType::bf16 ? "bf16" : "f32") + (force.tiled ? " tiled" : "") +
-           (force.widened_bf16 ? " widened" : "");
+           (force.widened_bf16 ? " widened" : "") + (force.onednn_decode ? " onednn decode" : "");
   }
 };
 
@@ -50,7 +53,13 @@ std::vector<Case> cases() {
     c.push_back({{tiled, false}, WeightType::bf16});
     c.push_back({{tiled, true}, WeightType::bf16});
   }
+  c.push_back({{false, false, true}, WeightType::bf16});  // native bf16 with no GEMV of attend's
   return c;
+}
+
+// Whether a Linear of these weights takes attend's bf16 GEMV for m rows.
+bool own_gemv(const Linear& lin, int64_t m) {
+  return lin.implementation(m).find("attend bf16 gemv") != std::string::npos;
 }
 
 // y = x·W + b in double, W given [in, out] (or [out, in] when out_in); bf16 weights round x and W
@@ -76,7 +85,8 @@ TEST(Linear, EveryPathMatchesTheReference) {
   std::mt19937 rng(5);
   std::normal_distribution<float> g(0.0f, 1.0f);
   for (const Shape s :
-       {Shape{1, 64, 48}, Shape{7, 17, 33}, Shape{17, 96, 1000}, Shape{300, 40, 130}, Shape{513, 64, 272}}) {
+       {Shape{1, 64, 48}, Shape{7, 17, 33}, Shape{17, 96, 1000}, Shape{300, 40, 130}, Shape{513, 64, 272},
+        Shape{1, 1, 5}, Shape{2, 301, 70}, Shape{5, 160, 129}, Shape{4, 513, 200}, Shape{9, 64, 64}}) {
     std::vector<float> x(static_cast<size_t>(s.m * s.in)), w(static_cast<size_t>(s.in * s.out)),
         b(static_cast<size_t>(s.out));
     for (auto* v : {&x, &w, &b})
@@ -108,7 +118,8 @@ TEST(Linear, EveryPathMatchesTheReference) {
 TEST(Linear, BitsDoNotDependOnTheThreadCount) {
   std::mt19937 rng(6);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  for (const Shape s : {Shape{1, 512, 1536}, Shape{3, 256, 384}, Shape{210, 256, 256}, Shape{600, 192, 200}}) {
+  for (const Shape s :
+       {Shape{1, 512, 1536}, Shape{3, 256, 384}, Shape{4, 130, 1000}, Shape{210, 256, 256}, Shape{600, 192, 200}}) {
     std::vector<float> x(static_cast<size_t>(s.m * s.in)), w(static_cast<size_t>(s.in * s.out));
     for (auto* v : {&x, &w})
       for (float& e : *v) e = g(rng);
@@ -131,38 +142,82 @@ TEST(Linear, BitsDoNotDependOnTheThreadCount) {
 TEST(Linear, SixteenBitActivations) {
   std::mt19937 rng(7);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  const Shape s{19, 80, 300};
-  std::vector<float> x(static_cast<size_t>(s.m * s.in)), w(static_cast<size_t>(s.in * s.out));
-  for (auto* v : {&x, &w})
-    for (float& e : *v) e = g(rng);
-  for (const Case& c : cases())
-    for (ActType xt : {ActType::bf16, ActType::f16}) {
-      SCOPED_TRACE(c.name() + (xt == ActType::bf16 ? " x bf16" : " x f16"));
-      const Linear lin(w.data(), false, s.in, s.out, nullptr, c.type, c.force);
-      std::vector<uint16_t> x16(x.size());
-      std::vector<float> xw(x.size());
-      for (size_t i = 0; i < x.size(); ++i) {
-        x16[i] = xt == ActType::bf16 ? numeric::to_bf16(x[i]) : numeric::to_f16(x[i]);
-        xw[i] = xt == ActType::bf16 ? numeric::from_bf16(x16[i]) : numeric::from_f16(x16[i]);
-      }
-      Scratch scratch;
-      std::vector<float> want(static_cast<size_t>(s.m * s.out)), got(want.size());
-      lin.run(xw.data(), want.data(), s.m, 2, scratch.get(lin.scratch_floats(s.m)));
-      lin.run(x16.data(), xt, got.data(), ActType::f32, s.m, 2, scratch.get(lin.scratch_floats(s.m, xt)));
-      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size()));
-      for (ActType yt : {ActType::bf16, ActType::f16}) {
-        std::vector<uint16_t> y16(want.size());
-        lin.run(x16.data(), xt, y16.data(), yt, s.m, 2, scratch.get(lin.scratch_floats(s.m, xt, yt)));
-        const double ulp = yt == ActType::bf16 ? 0x1p-8 : 0x1p-11;
-        int64_t bad = 0;
-        for (size_t i = 0; i < want.size(); ++i) {
-          const float v = yt == ActType::bf16 ? numeric::from_bf16(y16[i]) : numeric::from_f16(y16[i]);
-          if (!(std::abs(v - want[i]) <= ulp * std::max(std::abs(want[i]), yt == ActType::f16 ? 0x1p-14f : 0.0f)))
-            ++bad;
+  for (const Shape s : {Shape{19, 80, 300}, Shape{3, 81, 200}}) {
+    std::vector<float> x(static_cast<size_t>(s.m * s.in)), w(static_cast<size_t>(s.in * s.out));
+    for (auto* v : {&x, &w})
+      for (float& e : *v) e = g(rng);
+    for (const Case& c : cases())
+      for (ActType xt : {ActType::bf16, ActType::f16}) {
+        SCOPED_TRACE(c.name() + (xt == ActType::bf16 ? " x bf16" : " x f16") + " m " + std::to_string(s.m));
+        const Linear lin(w.data(), false, s.in, s.out, nullptr, c.type, c.force);
+        std::vector<uint16_t> x16(x.size());
+        std::vector<float> xw(x.size());
+        for (size_t i = 0; i < x.size(); ++i) {
+          x16[i] = xt == ActType::bf16 ? numeric::to_bf16(x[i]) : numeric::to_f16(x[i]);
+          xw[i] = xt == ActType::bf16 ? numeric::from_bf16(x16[i]) : numeric::from_f16(x16[i]);
         }
-        EXPECT_EQ(bad, 0) << (yt == ActType::bf16 ? "y bf16" : "y f16");
+        Scratch scratch;
+        std::vector<float> want(static_cast<size_t>(s.m * s.out)), got(want.size());
+        lin.run(xw.data(), want.data(), s.m, 2, scratch.get(lin.scratch_floats(s.m)));
+        lin.run(x16.data(), xt, got.data(), ActType::f32, s.m, 2, scratch.get(lin.scratch_floats(s.m, xt)));
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), sizeof(float) * want.size()));
+        for (ActType yt : {ActType::bf16, ActType::f16}) {
+          std::vector<uint16_t> y16(want.size());
+          lin.run(x16.data(), xt, y16.data(), yt, s.m, 2, scratch.get(lin.scratch_floats(s.m, xt, yt)));
+          const double ulp = yt == ActType::bf16 ? 0x1p-8 : 0x1p-11;
+          int64_t bad = 0;
+          for (size_t i = 0; i < want.size(); ++i) {
+            const float v = yt == ActType::bf16 ? numeric::from_bf16(y16[i]) : numeric::from_f16(y16[i]);
+            if (!(std::abs(v - want[i]) <= ulp * std::max(std::abs(want[i]), yt == ActType::f16 ? 0x1p-14f : 0.0f)))
+              ++bad;
+          }
+          EXPECT_EQ(bad, 0) << (yt == ActType::bf16 ? "y bf16" : "y f16");
+        }
       }
-    }
+  }
+}
+
+// bf16 weights take attend's GEMV for 1–4 rows exactly where dispatch offers it (AVX512_BF16, not
+// capped by ATTEND_ISA, not turned off by ATTEND_BF16_GEMV=0), never for more rows, f32 weights,
+// fixed tiles or when forced onto oneDNN; and the two give the same values up to the accumulation
+// order (both sum bf16 products in f32).
+TEST(Linear, Bf16DecodeTakesAttendsGemvWhereTheCpuHasIt) {
+  const int64_t in = 333, out = 200;
+  std::mt19937 rng(8);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> w(static_cast<size_t>(in * out)), b(static_cast<size_t>(out)), x(static_cast<size_t>(8 * in));
+  for (auto* v : {&w, &b, &x})
+    for (float& e : *v) e = g(rng);
+  const bool offered = dispatch::bf16_gemv() != nullptr;
+  const Linear lin(w.data(), true, in, out, b.data(), WeightType::bf16);
+  const Linear onednn(w.data(), true, in, out, b.data(), WeightType::bf16, {false, false, true});
+  const Linear f32(w.data(), true, in, out, b.data(), WeightType::f32);
+  const Linear tiled(w.data(), true, in, out, b.data(), WeightType::bf16, {true, false});
+  for (int64_t m = 1; m <= kernels::kBf16GemvMaxRows + 1; ++m) {
+    SCOPED_TRACE("m " + std::to_string(m));
+    EXPECT_EQ(own_gemv(lin, m), offered && m <= kernels::kBf16GemvMaxRows) << lin.implementation(m);
+    EXPECT_FALSE(own_gemv(onednn, m) || own_gemv(f32, m) || own_gemv(tiled, m));
+    Scratch s1, s2;
+    std::vector<float> y1(static_cast<size_t>(m * out), -7.0f), y2(y1.size(), 7.0f);
+    lin.run(x.data(), y1.data(), m, 2, s1.get(lin.scratch_floats(m)));
+    onednn.run(x.data(), y2.data(), m, 2, s2.get(onednn.scratch_floats(m)));
+    for (size_t i = 0; i < y1.size(); ++i) ASSERT_NEAR(y1[i], y2[i], 1e-4 * (1.0 + std::abs(y2[i]))) << i;
+  }
+  if (!offered) GTEST_SKIP() << "no bf16 GEMV of attend's on this CPU/ISA cap: oneDNN's path checked only";
+}
+
+// ATTEND_BF16_GEMV accepts 0 and 1 only: anything else fails the construction of bf16 projections.
+TEST(Linear, InvalidBf16GemvSettingThrows) {
+  const char* env = std::getenv("ATTEND_BF16_GEMV");
+  if (!env || std::string(env) != "yes") GTEST_SKIP() << "run by ctest with ATTEND_BF16_GEMV=yes";
+  std::vector<float> w(64 * 64, 0.5f);
+  try {
+    const Linear lin(w.data(), false, 64, 64, nullptr, WeightType::bf16);
+    ADD_FAILURE() << "accepted ATTEND_BF16_GEMV=yes";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("ATTEND_BF16_GEMV"), std::string::npos) << e.what();
+  }
 }
 
 // Packed weights of 2 MiB or more start on a 2 MiB page (transparent huge pages can back them all:

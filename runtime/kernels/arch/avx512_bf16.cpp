@@ -1,8 +1,10 @@
 // AVX-512 (F, CD, DQ, BW) + AVX512_BF16 instantiation of the flash kernels: the avx512 kernels, the
 // bf16-math table (vdpbf16ps) and its AMX variant (tdpbf16ps). Built with the avx512 flags plus
 // -mavx512bf16, and -mamx-tile -mamx-bf16 (AMX instructions come only from the AMX driver's
-// intrinsics, which run only where dispatch found AMX usable).
+// intrinsics, which run only where dispatch found AMX usable). Also the layer's bf16 decode GEMV
+// (ukernel/bf16_gemv.hpp).
 #include "../flash_kernels.hpp"
+#include "../ukernel/bf16_gemv.hpp"
 
 namespace attend::kernels {
 const KernelTable* kernel_table_avx512_bf16(Bf16Math math) {
@@ -16,4 +18,5 @@ const KernelTable* kernel_table_avx512_bf16(Bf16Math math) {
 #endif
   return math == Bf16Math::dot ? &bf16 : &strict;
 }
+Bf16GemvFn bf16_gemv_avx512_bf16() { return &gemv::bf16_gemv; }
 }  // namespace attend::kernels

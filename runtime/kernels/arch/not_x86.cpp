@@ -5,4 +5,5 @@ namespace attend::kernels {
 const KernelTable* kernel_table_avx512() { return nullptr; }
 const KernelTable* kernel_table_avx512_bf16(Bf16Math) { return nullptr; }
 const KernelTable* kernel_table_avx2() { return nullptr; }
+Bf16GemvFn bf16_gemv_avx512_bf16() { return nullptr; }
 }  // namespace attend::kernels
