@@ -537,8 +537,9 @@ int main(int argc, char** argv) {
                               "except layer/attend-bf16 (bf16 cache)");
   benchmark::AddCustomContext("layer_weights",
                               "layer/attend, layer/onednn: f32; layer/attend-bf16w, layer/attend-bf16: bf16 weights "
-                              "(oneDNN bf16 matmul, f32 accumulation; where oneDNN has none, i.e. without "
-                              "AVX-512: bf16 values held in f32, same products)");
+                              "(oneDNN bf16 matmul, f32 accumulation; 1-4 rows on attend's bf16 GEMV where the "
+                              "CPU has AVX512_BF16, unless ATTEND_BF16_GEMV=0; where oneDNN has no bf16 matmul, "
+                              "i.e. without AVX-512: bf16 values held in f32, same products)");
 
   register_sdpa_benchmarks();
   register_cache_benchmarks();

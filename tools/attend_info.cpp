@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <attend/attend.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -125,6 +126,14 @@ int main(int argc, char** argv) {
   // The 8-bit cache's decode of 2+ rows per kv head: integer dot products on the avx512_bf16 tier
   // (which requires AVX512_VNNI), else its codes widened to f32.
   const std::string i8_decode = bf16_tier ? "vpdpwssd, 16-bit Q and weights (avx512_bf16)" : "f32 (codes widened)";
+  // The layer's bf16-weight projections for 1-4 rows (decode): attend's GEMV on the avx512_bf16 tier
+  // (runtime/kernels/ukernel/bf16_gemv.hpp) unless ATTEND_BF16_GEMV=0, else oneDNN's matmul.
+  const char* gemv_env = std::getenv("ATTEND_BF16_GEMV");
+  const bool gemv_off = gemv_env && std::strcmp(gemv_env, "0") == 0;
+  const std::string bf16_decode = bf16_tier && !gemv_off
+                                      ? "attend gemv, vdpbf16ps, 1-4 rows (ATTEND_BF16_GEMV=0: oneDNN)"
+                                  : bf16_tier ? "oneDNN matmul (ATTEND_BF16_GEMV=0)"
+                                              : "oneDNN matmul";
   const std::string model = attend::cpu_model();
   const attend::CpuClass cls = attend::cpu_class();
   // "Zen 4 (AuthenticAMD family 25 model 17): AVX-512 in two 256-bit halves"
@@ -156,13 +165,14 @@ int main(int argc, char** argv) {
         "\"cpu_family\":%d,\"cpu_model_number\":%d,\"avx512_bits\":%d,\"isa_compiled\":%s,\"isa_supported\":%s,"
         "\"isa_active\":\"%s\",\"cache_l1d\":\"%s\",\"cache_l2\":\"%s\",\"cache_l3\":\"%s\",\"omp_threads\":%d,"
         "\"onednn_version\":\"%s\",\"onednn_isa\":\"%s\",\"fpmath_bf16\":\"%s\",\"i8_decode\":\"%s\","
+        "\"bf16_decode_projections\":\"%s\","
         "\"numa_source\":\"%s\","
         "\"numa_nodes\":%s}\n",
         ATTEND_VERSION_STRING, escape(model).c_str(), escape(cls.name).c_str(), escape(cls.vendor).c_str(), cls.family,
         cls.model, cls.avx512_bits, json_list(attend::compiled_isas()).c_str(),
         json_list(attend::supported_isas()).c_str(), active.c_str(), l1d.c_str(), l2.c_str(), l3.c_str(),
         omp_get_max_threads(), onednn.c_str(), onednn_isa.c_str(), bf16_math.c_str(), i8_decode.c_str(),
-        numa_source.c_str(), numa_json.c_str());
+        bf16_decode.c_str(), numa_source.c_str(), numa_json.c_str());
   } else {
     std::printf("attend %s\n", ATTEND_VERSION_STRING);
     std::printf("cpu            %s\n", model.c_str());
@@ -172,6 +182,7 @@ int main(int argc, char** argv) {
     std::printf("isa active     %s (cap with ATTEND_ISA=generic|avx2|avx512|avx512_bf16)\n", active.c_str());
     std::printf("fpmath bf16    %s\n", bf16_math.c_str());
     std::printf("i8 decode      %s\n", i8_decode.c_str());
+    std::printf("bf16 decode    %s\n", bf16_decode.c_str());
     std::printf("caches         L1d %s, L2 %s, L3 %s\n", l1d.c_str(), l2.c_str(), l3.c_str());
     std::printf("omp threads    %d\n", omp_get_max_threads());
     std::printf("onednn         %s (isa %s)\n", onednn.c_str(), onednn_isa.c_str());
