@@ -52,25 +52,35 @@ template <int R>
 inline void column_block(const char* w, const uint16_t* const* xr, const uint32_t* tail, int64_t full, bool odd,
                          float* acc) {
   __m512 a[R][4];
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
     for (int l = 0; l < 4; ++l) a[r][l] = _mm512_setzero_ps();
   const auto step = [&a](const char* wp, const uint32_t* pairs) {
     __m512bh b[4];
+#pragma GCC unroll 4
     for (int l = 0; l < 4; ++l) b[l] = reinterpret_cast<__m512bh>(_mm512_load_si512(wp + l * 64));
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
       const __m512bh xp = broadcast_pair(pairs[r]);
+#pragma GCC unroll 4
       for (int l = 0; l < 4; ++l) a[r][l] = _mm512_dpbf16_ps(a[r][l], b[l], xp);
     }
   };
   for (int64_t p = 0; p < full; ++p, w += kPairBytes) {
+#pragma GCC unroll 4
     for (int l = 0; l < 4; ++l) _mm_prefetch(w + kL1Ahead + l * 64, _MM_HINT_T0);
+#pragma GCC unroll 4
     for (int l = 0; l < 4; ++l) _mm_prefetch(w + kL2Ahead + l * 64, _MM_HINT_T1);
     uint32_t pairs[R];
+#pragma GCC unroll 4
     for (int r = 0; r < R; ++r) std::memcpy(&pairs[r], xr[r] + 2 * p, 4);
     step(w, pairs);
   }
   if (odd) step(w, tail);
+#pragma GCC unroll 4
   for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
     for (int l = 0; l < 4; ++l) _mm512_store_ps(acc + r * 64 + l * 16, a[r][l]);
 }
 
