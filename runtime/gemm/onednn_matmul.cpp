@@ -241,19 +241,18 @@ struct Linear::Impl {
 
   // attend's GEMV on the current OpenMP thread count: contiguous runs of column blocks per thread.
   void run_gemv(const uint16_t* x, void* y, bool y_bf16, int64_t m) const {
-    kernels::Bf16GemvWork work{x,
-                               in,
-                               m,
-                               in,
-                               static_cast<const uint16_t*>(weights.get_data_handle()),
-                               gemv_k_padded,
-                               out,
-                               0,
-                               0,
-                               has_bias ? static_cast<const float*>(bias.get_data_handle()) : nullptr,
-                               y,
-                               out,
-                               y_bf16};
+    kernels::Bf16GemvWork work{};
+    work.x = x;
+    work.x_stride = in;
+    work.rows = m;
+    work.in = in;
+    work.w = static_cast<const uint16_t*>(weights.get_data_handle());
+    work.k_padded = gemv_k_padded;
+    work.out = out;
+    work.bias = has_bias ? static_cast<const float*>(bias.get_data_handle()) : nullptr;
+    work.y = y;
+    work.y_stride = out;
+    work.y_bf16 = y_bf16;
     const int64_t blocks = (out + 63) / 64;
 #if defined(ATTEND_HAVE_OPENMP)
 #pragma omp parallel
