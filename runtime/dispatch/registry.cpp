@@ -140,25 +140,23 @@ struct EnvSwitch {
   std::string error;
 };
 
+EnvSwitch read_switch(const char* name) {
+  EnvSwitch e;
+  env_choice<bool>(name, {{"0", false}, {"1", true}}, e.allowed, e.error);
+  return e;
+}
+
 // ATTEND_AMX=0 keeps FpMath::bf16 off the AMX tiles (vdpbf16ps instead, where bf16 math runs);
 // unset or 1: AMX wherever it is usable.
 const EnvSwitch& env_amx() {
-  static const EnvSwitch amx = [] {
-    EnvSwitch e;
-    env_choice<bool>("ATTEND_AMX", {{"0", false}, {"1", true}}, e.allowed, e.error);
-    return e;
-  }();
+  static const EnvSwitch amx = read_switch("ATTEND_AMX");
   return amx;
 }
 
 // ATTEND_BF16_GEMV=0 keeps the layer's bf16 decode projections on oneDNN; unset or 1: attend's GEMV
 // where the active ISA has it.
 const EnvSwitch& env_bf16_gemv() {
-  static const EnvSwitch gemv = [] {
-    EnvSwitch e;
-    env_choice<bool>("ATTEND_BF16_GEMV", {{"0", false}, {"1", true}}, e.allowed, e.error);
-    return e;
-  }();
+  static const EnvSwitch gemv = read_switch("ATTEND_BF16_GEMV");
   return gemv;
 }
 
