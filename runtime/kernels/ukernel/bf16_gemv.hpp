@@ -85,6 +85,7 @@ inline void column_block(const char* w, const uint16_t* const* xr, const uint32_
 }
 
 inline void bf16_gemv(const Bf16GemvWork& k) {
+  if (k.rows <= 0) return;
   const int64_t rows = std::min<int64_t>(k.rows, kBf16GemvMaxRows);
   const int64_t full = k.in / 2;  // whole pairs of x; an odd `in` leaves x[in - 1] with a zero
   const bool odd = k.in % 2 != 0;
