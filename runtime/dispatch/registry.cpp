@@ -162,12 +162,6 @@ const EnvSwitch& env_bf16_gemv() {
 
 }  // namespace
 
-kernels::Bf16GemvFn bf16_gemv() {
-  if (!env_bf16_gemv().error.empty()) throw Error(ErrorCode::invalid_argument, env_bf16_gemv().error);
-  if (!env_bf16_gemv().allowed || resolve(Isa::automatic) != Isa::avx512_bf16) return nullptr;
-  return kernels::bf16_gemv_avx512_bf16();
-}
-
 bool amx_bf16_math() {
   return cpu_features().amx_bf16 && env_amx().allowed &&
          kernels::kernel_table_avx512_bf16(kernels::Bf16Math::amx) != nullptr;
@@ -274,3 +268,14 @@ CpuClass cpu_class() {
 }
 
 }  // namespace attend
+
+namespace attend::detail {
+
+kernels::Bf16GemvFn bf16_decode_gemv() {
+  if (!dispatch::env_bf16_gemv().error.empty())
+    throw Error(ErrorCode::invalid_argument, dispatch::env_bf16_gemv().error);
+  if (!dispatch::env_bf16_gemv().allowed || dispatch::resolve(Isa::automatic) != Isa::avx512_bf16) return nullptr;
+  return kernels::bf16_gemv_avx512_bf16();
+}
+
+}  // namespace attend::detail

@@ -47,10 +47,15 @@ bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked);
 /// alone: 4–8 points of a read better there, session 33).
 bool decode_k_l1_requests(kernels::KvType type, bool gqa, bool k_blocked);
 
+}  // namespace attend::dispatch
+
+namespace attend::detail {
+
 /// attend's bf16 decode GEMV for the layer's projections (kernels::Bf16GemvWork): the avx512_bf16
 /// kernel where the active ISA is avx512_bf16 (ATTEND_ISA may cap it) and the environment variable
 /// ATTEND_BF16_GEMV is unset or 1; null (oneDNN's matmul instead) where it is 0. Any other value
-/// throws attend::Error (invalid_argument), as ATTEND_ISA's do.
-ATTEND_INTERNAL kernels::Bf16GemvFn bf16_gemv();
+/// throws attend::Error (invalid_argument), as ATTEND_ISA's do. (In attend::detail: attend_layer
+/// calls it across a shared libattend_core's boundary.)
+ATTEND_INTERNAL kernels::Bf16GemvFn bf16_decode_gemv();
 
-}  // namespace attend::dispatch
+}  // namespace attend::detail

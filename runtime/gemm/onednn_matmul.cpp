@@ -391,7 +391,7 @@ Linear::Linear(const float* w, bool out_in, int64_t in, int64_t out, const float
     s.tiled = force.tiled || std::string(pd->impl_info_str()).rfind("brg", 0) != 0;
     s.packed_md = s.tiled ? memory::desc({in, out}, s.src_type(), {s.ldw(), 1}) : pd->weights_desc();
     if (type == WeightType::bf16) {  // (a malformed ATTEND_BF16_GEMV fails every bf16 projection)
-      const kernels::Bf16GemvFn gemv = dispatch::bf16_gemv();
+      const kernels::Bf16GemvFn gemv = detail::bf16_decode_gemv();
       if (s.bf16_math() && !s.tiled && !force.onednn_decode && ba16a64b2a(s.packed_md)) {
         s.gemv = gemv;
         s.gemv_k_padded = s.packed_md.data.padded_dims[0];

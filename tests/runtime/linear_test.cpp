@@ -188,7 +188,7 @@ TEST(Linear, Bf16DecodeTakesAttendsGemvWhereTheCpuHasIt) {
   std::vector<float> w(static_cast<size_t>(in * out)), b(static_cast<size_t>(out)), x(static_cast<size_t>(8 * in));
   for (auto* v : {&w, &b, &x})
     for (float& e : *v) e = g(rng);
-  const bool offered = dispatch::bf16_gemv() != nullptr;
+  const bool offered = detail::bf16_decode_gemv() != nullptr;
   const Linear lin(w.data(), true, in, out, b.data(), WeightType::bf16);
   const Linear onednn(w.data(), true, in, out, b.data(), WeightType::bf16, {false, false, true});
   const Linear f32(w.data(), true, in, out, b.data(), WeightType::f32);
