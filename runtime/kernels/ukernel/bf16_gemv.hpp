@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "../kernel_table.hpp"
+#include "../simd/convert.hpp"
 
 namespace attend::kernels::gemv {
 
@@ -28,19 +29,6 @@ constexpr int64_t kPairBytes = 256;
 // Requests ahead of the line being read: into L1 (prefetcht0) and into L2 (prefetcht1). Session
 // 36's probe: 1-8 KiB into L1 all read alike, L2 alone was slower; 4/24 KiB as decode's K/V.
 constexpr int64_t kL1Ahead = 4096, kL2Ahead = 24576;
-
-// f32 → bf16, rounded to nearest even, NaNs kept quiet (numeric::to_bf16's rule, not vcvtneps2bf16,
-// which flushes subnormals).
-inline __m256i round_bf16(__m512 v) {
-  const __m512i bits = _mm512_castps_si512(v);
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  const __m512i rounded =
-      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7fff)), odd), 16);
-  const __mmask16 nan =
-      _mm512_cmpgt_epu32_mask(_mm512_and_si512(bits, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40));
-  return _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet));
-}
 
 inline __m512bh broadcast_pair(uint32_t pair) {
   return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
@@ -104,23 +92,15 @@ inline void bf16_gemv(const Bf16GemvWork& k) {
       case 3: column_block<3>(block, xr, tail, full, odd, acc); break;
       default: column_block<4>(block, xr, tail, full, odd, acc); break;
     }
-    // y = acc (+ bias) for the block's columns below `out`.
-    for (int l = 0; l < 4; ++l) {
-      const int64_t col = c * 64 + l * 16;
-      if (col >= k.out) break;
-      const int n = static_cast<int>(std::min<int64_t>(16, k.out - col));
-      const __mmask16 mask = static_cast<__mmask16>((1u << n) - 1);
-      const __m512 bias = k.bias ? _mm512_maskz_loadu_ps(mask, k.bias + col) : _mm512_setzero_ps();
-      for (int64_t r = 0; r < rows; ++r) {
-        const __m512 v = _mm512_add_ps(_mm512_load_ps(acc + r * 64 + l * 16), bias);
-        if (!k.y_bf16) {
-          _mm512_mask_storeu_ps(static_cast<float*>(k.y) + r * k.y_stride + col, mask, v);
-        } else {
-          alignas(32) uint16_t h[16];
-          _mm256_store_si256(reinterpret_cast<__m256i*>(h), round_bf16(v));
-          std::memcpy(static_cast<uint16_t*>(k.y) + r * k.y_stride + col, h, sizeof(uint16_t) * n);
-        }
-      }
+    // y = acc (+ bias) for the block's columns below `out`, stored as f32 or rounded to bf16.
+    const int64_t col = c * 64, n = std::min<int64_t>(64, k.out - col);
+    for (int64_t r = 0; r < rows; ++r) {
+      float* a = acc + r * 64;
+      if (k.bias)
+        for (int64_t j = 0; j < n; ++j) a[j] += k.bias[col + j];
+      const int64_t element = k.y_bf16 ? 2 : 4;
+      store_row<xsimd::avx512bw>(static_cast<char*>(k.y) + (r * k.y_stride + col) * element,
+                                 k.y_bf16 ? KvType::bf16 : KvType::f32, a, 1.0f, n);
     }
   }
 }
