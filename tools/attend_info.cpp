@@ -3,6 +3,7 @@
 #if defined(ATTEND_INFO_LIBNUMA)
 #include <numa.h>
 #endif
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <attend/attend.hpp>
@@ -36,11 +37,15 @@ std::string json_list(const std::vector<attend::Isa>& v) {
   return s;
 }
 
-std::string cache_size(int index) {
+// A cache's size as the kernel's sysfs gives it ("48K"); where a VM has no sysfs cache entries,
+// glibc's sysconf (read from CPUID), in the same form; "unknown" if neither knows.
+std::string cache_size(int index, int sysconf_name) {
   std::ifstream in("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/size");
   std::string s;
   in >> s;
-  return s.empty() ? "unknown" : s;
+  if (!s.empty()) return s;
+  const long bytes = sysconf(sysconf_name);
+  return bytes > 0 ? std::to_string(bytes / 1024) + "K" : "unknown";
 }
 
 std::string escape(const std::string& s) {
@@ -146,7 +151,8 @@ int main(int argc, char** argv) {
         " (" + cls.vendor + " family " + std::to_string(cls.family) + " model " + std::to_string(cls.model) + ")";
   if (!avx512_text.empty()) class_text += ": " + avx512_text;
   // index0..3 on Linux are L1d, L1i, L2, L3 (per core / shared).
-  const std::string l1d = cache_size(0), l2 = cache_size(2), l3 = cache_size(3);
+  const std::string l1d = cache_size(0, _SC_LEVEL1_DCACHE_SIZE), l2 = cache_size(2, _SC_LEVEL2_CACHE_SIZE),
+                    l3 = cache_size(3, _SC_LEVEL3_CACHE_SIZE);
   std::vector<attend::NumaNode> nodes;
   const std::string numa_source = numa(nodes);
   if (json) {

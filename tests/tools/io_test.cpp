@@ -1,6 +1,7 @@
 // The file readers on hand-made good and bad files, and attend-run's handling of bad inputs
 // end to end (non-zero exit, one message naming file and tensor, no output file).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <attend/attend.hpp>
 #include <cstdio>
@@ -365,6 +366,15 @@ TEST(AttendInfo, HelpAndJson) {
   // The machine class (what performance figures are quoted for) in both forms.
   EXPECT_NE(text.find("\"cpu_class\":\"" + cpu_class().name + "\""), std::string::npos) << text;
   EXPECT_NE(text.find("\"avx512_bits\":" + std::to_string(cpu_class().avx512_bits)), std::string::npos) << text;
+  // Cache sizes: from sysfs, or where a VM has no sysfs cache entries (this project's Zen 5 VMs),
+  // from glibc's sysconf; "unknown" only where neither knows.
+  const nlohmann::json info = nlohmann::json::parse(text);
+  for (auto [key, name] : {std::pair{"cache_l1d", _SC_LEVEL1_DCACHE_SIZE}, std::pair{"cache_l2", _SC_LEVEL2_CACHE_SIZE},
+                           std::pair{"cache_l3", _SC_LEVEL3_CACHE_SIZE}}) {
+    const std::string size = info.at(key).get<std::string>();
+    if (sysconf(name) > 0) EXPECT_NE(size, "unknown") << key;
+    if (size != "unknown") EXPECT_TRUE(size.size() > 1 && size.back() == 'K') << key << " " << size;
+  }
   rc = std::system((std::string(ATTEND_INFO_PATH) + " >" + out).c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 0);
   text.assign((std::istreambuf_iterator<char>(std::ifstream(out).rdbuf())), {});
