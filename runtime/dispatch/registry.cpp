@@ -80,25 +80,32 @@ const EnvCap& env_cap() {
 // plain read without → with requests 24 KiB ahead: f32 KVCache 77.6 → 84.2% (32 KiB: 84.5 → 88.5,
 // 72.0 → 77.9; 8 KiB 79.1, 12 KiB 80.0), sdpa (row-major K) 74.3 → 86.8% (8–32 KiB: 81–89%), and
 // with one row per kv head (D1's shape, sdpa; alternated processes) 82.6/82.7/76.8 → 92.6/92.9/77.4%;
-// prefetcht0 at the same distance 68% (it holds L1's miss buffers). Zen 3 and Zen 5 unmeasured:
-// none (docs/performance.md, session 23). The AMX Xeons (measured on the 'Xeon with AMX', whose
-// caches are Granite Rapids'; alternated processes, 3 rounds, share of a read without → with 24
-// KiB): the paged cache's D3 75–78 → 83–85%, a serving step's paged decode 73–76 → 77–81%, the
-// slot cache's 78–82 → 81–84%, the i8 cache's GQA shapes +3–6 points, but its one-row shapes
-// (D1/D4) −2 to −6: there the i8 cache keeps them for GQA groups only (session 31). The 16-bit
-// caches there (session 32, alternated processes, 3 rounds, ms without → with): bf16 D2 0.688–0.696
-// → 0.652–0.672, D3 2.60–2.65 → 2.46–2.49, D1 (one row) 2.58 → 2.38–2.42; f16 D2/D3 likewise, but
-// f16 D1/D4 (one row) 2–5% slower; on a Zen 4 a bf16 cache lost 6 points (sessions 23–24).
-// On the AMX Xeons a decode of one row per kv head over a cache's blocked f32 K also leaves K's
-// next key group to the hardware prefetchers (no prefetcht0): the samples of blocked_scores sat on
-// those requests (the line fill buffers full), and without them (session 33, alternated processes,
-// 3 rounds, ms / share of a read) the f32 cache's D1 5.22–5.28 / 84% → 4.80–4.86 / 88–91%, D4
-// 20.5–21.0 / 85–86% → 18.9–19.3 / 89–94%, the paged cache's alike; GQA groups, the 8-bit (−12 to
-// −25 points) and 16-bit caches keep them. L2 requests added there were worse (86–89%).
+// prefetcht0 at the same distance 68% (it holds L1's miss buffers). Zen 3 unmeasured: none
+// (docs/performance.md, session 23); a Zen 5: none (its GQA shapes lose with them, below). The AMX
+// Xeons (measured on the 'Xeon with AMX', whose caches are Granite Rapids'; alternated processes,
+// 3 rounds, share of a read without → with 24 KiB): the paged cache's D3 75–78 → 83–85%, a serving
+// step's paged decode 73–76 → 77–81%, the slot cache's 78–82 → 81–84%, the i8 cache's GQA shapes
+// +3–6 points, but its one-row shapes (D1/D4) −2 to −6: there the i8 cache keeps them for GQA
+// groups only (session 31). The 16-bit caches there (session 32, alternated processes, 3 rounds, ms
+// without → with): bf16 D2 0.688–0.696 → 0.652–0.672, D3 2.60–2.65 → 2.46–2.49, D1 (one row) 2.58
+// → 2.38–2.42; f16 D2/D3 likewise, but f16 D1/D4 (one row) 2–5% slower; on a Zen 4 a bf16 cache
+// lost 6 points (sessions 23–24). On the AMX Xeons a decode of one row per kv head over a cache's
+// blocked f32 K also leaves K's next key group to the hardware prefetchers (no prefetcht0): the
+// samples of blocked_scores sat on those requests (the line fill buffers full), and without them
+// (session 33, alternated processes, 3 rounds, ms / share of a read) the f32 cache's D1 5.22–5.28 /
+// 84% → 4.80–4.86 / 88–91%, D4 20.5–21.0 / 85–86% → 18.9–19.3 / 89–94%, the paged cache's alike;
+// GQA groups, the 8-bit (−12 to −25 points) and 16-bit caches keep them. L2 requests added there
+// were worse (86–89%).
 //
-// ATTEND_DECODE_TUNING=zen4|amx_xeon|none applies one class's rules on any machine (tests run
-// both everywhere; prefetch only: the same results); unset: this machine's class.
-enum class Tuning { none, zen4, amx_xeon };
+// A Zen 5 (session 38, alternated attend-bench processes, 3 rounds, share of a read) takes the
+// Xeons' one-row rule alone: without K's L1 requests for one f32 row over a blocked K the f32
+// cache's D4 reads 94.8–101.0% instead of 81.7–89.3% (9.6–10.7 against 10.0–12.8 ms), the paged
+// cache's D4 95.4–99.4 (80.5–88.4), D1 97.8–103.3 (85.5–88.3); the Xeons' L2 requests cost its GQA
+// shapes 4–10 points (f32 cache D2 83.0–86.6 against 91.4–93.2%), so it makes none.
+//
+// ATTEND_DECODE_TUNING=zen4|zen5|amx_xeon|none applies one class's rules on any machine (tests run
+// each everywhere; prefetch only: the same results); unset: this machine's class.
+enum class Tuning { none, zen4, zen5, amx_xeon };
 
 struct EnvDecode {
   Tuning tuning = Tuning::none;
@@ -114,11 +121,15 @@ const EnvDecode& env_decode() {
   static const EnvDecode decode = [] {
     EnvDecode e;
     const std::string cls = cpu_features().class_name;
-    e.tuning = cls == "Zen 4" ? Tuning::zen4 : amx_xeon_class(cls) ? Tuning::amx_xeon : Tuning::none;
-    env_choice<Tuning>("ATTEND_DECODE_TUNING",
-                       {{"zen4", Tuning::zen4}, {"amx_xeon", Tuning::amx_xeon}, {"none", Tuning::none}}, e.tuning,
-                       e.error);
-    e.bytes = e.tuning == Tuning::none ? 0 : 24576;
+    e.tuning = cls == "Zen 4"        ? Tuning::zen4
+               : cls == "Zen 5"      ? Tuning::zen5
+               : amx_xeon_class(cls) ? Tuning::amx_xeon
+                                     : Tuning::none;
+    env_choice<Tuning>(
+        "ATTEND_DECODE_TUNING",
+        {{"zen4", Tuning::zen4}, {"zen5", Tuning::zen5}, {"amx_xeon", Tuning::amx_xeon}, {"none", Tuning::none}},
+        e.tuning, e.error);
+    e.bytes = e.tuning == Tuning::zen4 || e.tuning == Tuning::amx_xeon ? 24576 : 0;
     const char* env = std::getenv("ATTEND_DECODE_L2_AHEAD");
     if (!env || !*env || !e.error.empty()) return e;
     const std::string v = env;
@@ -181,7 +192,8 @@ bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked) {
 }
 
 bool decode_k_l1_requests(kernels::KvType type, bool gqa, bool k_blocked) {
-  return !(env_decode().tuning == Tuning::amx_xeon && type == kernels::KvType::f32 && !gqa && k_blocked);
+  const Tuning t = env_decode().tuning;
+  return !((t == Tuning::amx_xeon || t == Tuning::zen5) && type == kernels::KvType::f32 && !gqa && k_blocked);
 }
 
 Isa resolve(Isa requested) {

@@ -43,8 +43,9 @@ int64_t decode_l2_ahead_bytes();
 bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked);
 
 /// Whether such a work item requests K's next key group into L1 (prefetcht0) as it scores: yes,
-/// except for one row over a cache's blocked f32 K on the AMX Xeons (the hardware prefetchers
-/// alone: 4–8 points of a read better there, session 33).
+/// except for one row over a cache's blocked f32 K on the AMX Xeons and the Zen 5s (the hardware
+/// prefetchers alone: 4–8 points of a read better on the Xeon, session 33; 6–15 on a Zen 5,
+/// session 38).
 bool decode_k_l1_requests(kernels::KvType type, bool gqa, bool k_blocked);
 
 }  // namespace attend::dispatch

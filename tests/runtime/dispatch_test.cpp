@@ -115,6 +115,34 @@ TEST(Dispatch, UnknownEnvironmentValueThrows) {
   EXPECT_NO_THROW(force(Isa::generic));  // a forced path does not read the variable
 }
 
+// Decode's request rules per machine class (ATTEND_DECODE_TUNING, else this machine's class; ctest
+// runs this under every tuning): L2 requests 24 KiB ahead on a Zen 4 and the AMX Xeons only; K's L1
+// requests for one f32 row over a blocked K dropped on the AMX Xeons and a Zen 5 only.
+TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
+  if (std::getenv("ATTEND_DECODE_L2_AHEAD")) GTEST_SKIP() << "ATTEND_DECODE_L2_AHEAD overrides the distance";
+  std::string tuning;
+  if (const char* env = std::getenv("ATTEND_DECODE_TUNING"))
+    tuning = env;
+  else {
+    const std::string cls = cpu_class().name;
+    tuning = cls == "Zen 4"                                             ? "zen4"
+             : cls == "Zen 5"                                           ? "zen5"
+             : cls == "Xeon with AMX" || cls.find("Rapids") != cls.npos ? "amx_xeon"
+                                                                        : "none";
+  }
+  SCOPED_TRACE("tuning " + tuning);
+  const bool l2 = tuning == "zen4" || tuning == "amx_xeon";
+  const bool no_one_row_k = tuning == "zen5" || tuning == "amx_xeon";
+  EXPECT_EQ(dispatch::decode_l2_ahead_bytes(), l2 ? 24576 : 0);
+  EXPECT_EQ(dispatch::decode_k_l1_requests(kernels::KvType::f32, false, true), !no_one_row_k);
+  // GQA groups, a row-major K and the other storage types keep their K requests on every class.
+  for (kernels::KvType t : {kernels::KvType::f32, kernels::KvType::bf16, kernels::KvType::f16, kernels::KvType::i8}) {
+    EXPECT_TRUE(dispatch::decode_k_l1_requests(t, true, true));
+    EXPECT_TRUE(dispatch::decode_k_l1_requests(t, false, false));
+    if (t != kernels::KvType::f32) EXPECT_TRUE(dispatch::decode_k_l1_requests(t, false, true));
+  }
+}
+
 // ATTEND_DECODE_L2_AHEAD (decode's L2 request distance) must be a byte count and
 // ATTEND_DECODE_TUNING a class name: anything else makes every call throw before it changes
 // anything (a typo must not silently keep the default).
@@ -122,10 +150,10 @@ TEST(Dispatch, InvalidDecodeSettingThrowsAndChangesNothing) {
   std::string name;
   if (const char* env = std::getenv("ATTEND_DECODE_L2_AHEAD"); env && std::string(env) == "24kb")
     name = "ATTEND_DECODE_L2_AHEAD";
-  else if (const char* env = std::getenv("ATTEND_DECODE_TUNING"); env && std::string(env) == "zen5")
+  else if (const char* env = std::getenv("ATTEND_DECODE_TUNING"); env && std::string(env) == "zen9")
     name = "ATTEND_DECODE_TUNING";
   else
-    GTEST_SKIP() << "run by ctest with ATTEND_DECODE_L2_AHEAD=24kb or ATTEND_DECODE_TUNING=zen5";
+    GTEST_SKIP() << "run by ctest with ATTEND_DECODE_L2_AHEAD=24kb or ATTEND_DECODE_TUNING=zen9";
   const int64_t D = 16;
   std::vector<float> q(4 * D, 0.5f), k(D, 0.25f), v(D, 1.0f), o(4 * D, 7.0f);
   KVCache cache({/*kv_heads*/ 1, D, /*slots*/ 1, /*capacity*/ 8});
