@@ -372,8 +372,12 @@ TEST(AttendInfo, HelpAndJson) {
   for (auto [key, name] : {std::pair{"cache_l1d", _SC_LEVEL1_DCACHE_SIZE}, std::pair{"cache_l2", _SC_LEVEL2_CACHE_SIZE},
                            std::pair{"cache_l3", _SC_LEVEL3_CACHE_SIZE}}) {
     const std::string size = info.at(key).get<std::string>();
-    if (sysconf(name) > 0) EXPECT_NE(size, "unknown") << key;
-    if (size != "unknown") EXPECT_TRUE(size.size() > 1 && size.back() == 'K') << key << " " << size;
+    if (sysconf(name) > 0) {
+      EXPECT_NE(size, "unknown") << key;
+    }
+    if (size != "unknown") {
+      EXPECT_TRUE(size.size() > 1 && size.back() == 'K') << key << " " << size;
+    }
   }
   rc = std::system((std::string(ATTEND_INFO_PATH) + " >" + out).c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 0);
