@@ -15,9 +15,15 @@
 //      step of that pass
 //   7  4 software-pipelined (session 36): the scores of tile t + 1's block pairs interleaved with
 //      the P·V of tile t's keys, 32 V rows per block pair, so both streams always flow
+//   8  4 + one line of every 4 KiB page 64 KiB ahead of the K and V streams requested into L2
+//      (session 39)
+//   9  1 + the same page requests
+//   10 two passes: all of a head's K scored (tile by tile, the requests of 2), a softmax-like
+//      pass, then all of its V (session 39)
 // Medians of 15 passes, stages rotated from one pass to the next.
 //   g++ -O2 -march=native -fopenmp docs/experiments/decode_shapes.cpp -o /tmp/decode_shapes
-//   /tmp/decode_shapes
+//   /tmp/decode_shapes [HEADS]      # HEADS kv heads of 4096 keys, 4 MiB each (8: D2's 32 MiB)
+//   VL2=0 /tmp/decode_shapes 128    # without V's L2 requests (a Zen 5's rule)
 #include <immintrin.h>
 #include <omp.h>
 #include <sys/mman.h>
@@ -26,14 +32,20 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "stream_probe.hpp"
 
-constexpr long H = 8, L = 4096, D = 128, T = 256, KB = L * D * 4;  // KB: one head's K (or V) bytes
+static long H = 8;
+constexpr long L = 4096, D = 128, T = 256, KB = L * D * 4;  // KB: one head's K (or V) bytes
 
 alignas(64) static float q[4][D];
+// Stages 8 and 9: one line of every 4 KiB page PA bytes ahead of each stream, into L2.
+static long PA = 0;
+// V requests: VL1 rows on into L1, VL2 rows on into L2 (0: none, a Zen 5's rule); environment.
+static long VL1 = getenv("VL1") ? atol(getenv("VL1")) : 8, VL2 = getenv("VL2") ? atol(getenv("VL2")) : 48;
 
 // Scores of two blocks (b0, b1) for 4 rows; pf: the next call's blocks (L1, 128 bytes a step in
 // address order), l2: the blocks 3 on (a line of each a step).
@@ -76,13 +88,14 @@ __attribute__((noinline)) void pv(const float* v, long n, long lim, const float*
 #pragma GCC unroll 8
     for (int c = 0; c < 8; ++c) acc[r][c] = _mm512_load_ps(o + r * D + c * 16);
   for (long j = 0; j < n; ++j, v += D) {
+    if (PA && (j & 7) == 0 && j + PA / (4 * D) < lim) _mm_prefetch(reinterpret_cast<const char*>(v) + PA, _MM_HINT_T1);
     if (Req) {
-      if (j + 8 < lim)
+      if (j + VL1 < lim)
 #pragma GCC unroll 8
-        for (int c = 0; c < 8; ++c) _mm_prefetch(reinterpret_cast<const char*>(v + 8 * D) + c * 64, _MM_HINT_T0);
-      if (j + 48 < lim)
+        for (int c = 0; c < 8; ++c) _mm_prefetch(reinterpret_cast<const char*>(v + VL1 * D) + c * 64, _MM_HINT_T0);
+      if (VL2 && j + VL2 < lim)
 #pragma GCC unroll 8
-        for (int c = 0; c < 8; ++c) _mm_prefetch(reinterpret_cast<const char*>(v + 48 * D) + c * 64, _MM_HINT_T1);
+        for (int c = 0; c < 8; ++c) _mm_prefetch(reinterpret_cast<const char*>(v + VL2 * D) + c * 64, _MM_HINT_T1);
     }
     if (Fma) {
 #pragma GCC unroll 4
@@ -127,12 +140,42 @@ float head(const char* base) {
   for (long t = 0; t < L; t += T) {
     for (long b = t / 16; b < (t + T) / 16; b += 2) {
       const bool p = b + 3 < nb, l = b + 4 < nb;
+      if (PA && b * 16 * D * 4 + PA < KB)
+        for (int i = 0; i < 4; ++i) _mm_prefetch(blk(b) + PA + i * 4096, _MM_HINT_T1);
       sink = _mm512_add_ps(sink, scores<Req, Fma>(K + b * 16 * D, K + (b + 1) * 16 * D, p ? blk(b + 2) : nullptr,
                                                   p ? blk(b + 3) : nullptr, l ? blk(b + 3) : nullptr,
                                                   l ? blk(b + 4) : nullptr, s + (b * 16 - t)));
     }
     if (Soft) softmax_like<F>(s, t + T < L ? reinterpret_cast<const char*>(V + (t + 48) * D) : nullptr);
     pv<Req, Fma>(V + t * D, T, L - t, s, o);
+  }
+  return _mm512_reduce_add_ps(sink) + o[0] + o[4 * D - 1];
+}
+
+// Two passes: all of the head's K scored (tile by tile, the kernel's requests), a softmax-like pass
+// over every score, then all of its V.
+float head_two_pass(const char* base) {
+  const float* K = reinterpret_cast<const float*>(base);
+  const float* V = reinterpret_cast<const float*>(base + KB);
+  alignas(64) static thread_local float s[4 * L], o[4 * D];
+  std::memset(o, 0, sizeof o);
+  const long nb = L / 16;
+  auto blk = [&](long b) { return reinterpret_cast<const char*>(K + b * 16 * D); };
+  __m512 sink = _mm512_setzero_ps();
+  alignas(64) static thread_local float st[4 * T];
+  for (long t = 0; t < L; t += T) {
+    for (long b = t / 16; b < (t + T) / 16; b += 2) {
+      const bool p = b + 3 < nb, l = b + 4 < nb;
+      sink = _mm512_add_ps(sink, scores<true, true>(K + b * 16 * D, K + (b + 1) * 16 * D, p ? blk(b + 2) : nullptr,
+                                                    p ? blk(b + 3) : nullptr, l ? blk(b + 3) : nullptr,
+                                                    l ? blk(b + 4) : nullptr, st + (b * 16 - t)));
+    }
+    softmax_like<0>(st, nullptr);
+    for (int r = 0; r < 4; ++r) std::memcpy(s + r * L + t, st + r * T, sizeof(float) * T);
+  }
+  for (long t = 0; t < L; t += T) {
+    for (int r = 0; r < 4; ++r) std::memcpy(st + r * T, s + r * L + t, sizeof(float) * T);
+    pv<true, true>(V + t * D, T, L - t, st, o);
   }
   return _mm512_reduce_add_ps(sink) + o[0] + o[4 * D - 1];
 }
@@ -172,12 +215,13 @@ __attribute__((noinline)) float plain_head(const char* base) {
   return _mm512_reduce_add_ps(a);
 }
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1) H = atol(argv[1]);
   const size_t bytes = static_cast<size_t>(H) * 2 * KB;
   char* buf = huge_buffer(bytes);
   for (int r = 0; r < 4; ++r)
     for (int d = 0; d < D; ++d) q[r][d] = 1e-3f * static_cast<float>(r + d);
-  constexpr int M = 9;
+  constexpr int M = 12;
   const char* names[M] = {"the bench's plain read",
                           "0 heads' K then V, one chain",
                           "1 kernel order, no requests",
@@ -186,13 +230,17 @@ int main() {
                           "4 + a softmax-like pass",
                           "5 4 + 1 V line into L2 a step",
                           "6 4 + 2 V lines into L2 a step",
-                          "7 4 with K of t+1 and V of t interleaved"};
+                          "7 4 with K of t+1 and V of t interleaved",
+                          "8 4 + a line a 4 KiB page 64 KiB on",
+                          "9 1 + a line a 4 KiB page 64 KiB on",
+                          "10 two passes: K, then V"};
   std::vector<double> r[M];
   volatile float sink = 0;
   for (int rep = 0; rep < 15; ++rep)
     for (int i = 0; i < M; ++i) {
       const int m = (i + rep) % M;
       evict(buf, bytes);
+      PA = (m >= 9) ? 65536 : 0;
       const auto t0 = std::chrono::steady_clock::now();
       if (m == 0) {
 #pragma omp parallel num_threads(2)
@@ -211,6 +259,9 @@ int main() {
             case 6: v = head<true, true, true, 1>(base); break;
             case 7: v = head<true, true, true, 2>(base); break;
             case 8: v = head_pipe(base); break;
+            case 9: v = head<true, true, true>(base); break;
+            case 10: v = head<false, false, false>(base); break;
+            case 11: v = head_two_pass(base); break;
           }
           sink = sink + v;
         }
