@@ -103,6 +103,12 @@ const EnvCap& env_cap() {
 // cache's D4 95.4–99.4 (80.5–88.4), D1 97.8–103.3 (85.5–88.3); the Xeons' L2 requests cost its GQA
 // shapes 4–10 points (f32 cache D2 83.0–86.6 against 91.4–93.2%), so it makes none.
 //
+// A Zen 5 (session 40, alternated attend-bench processes, 3 rounds, share of a read) requests page
+// starts (decode_l2_pages: one line per 4 KiB page) 64 KiB ahead: the serving decode step 69–81 →
+// 97–111% (slots and paged), sdpa D4 84–90 → 104–109, the bf16 cache's D4 78–98 → 102–107, bf16
+// sdpa D4 87–93 → 106–109. Not for one f32 row over a blocked K (cache D1 101–103 → 85–91) nor
+// the 16-bit and 8-bit caches' GQA groups (bf16 D2/D3 80–85 → 66–77; i8 within noise or lower).
+//
 // ATTEND_DECODE_TUNING=zen4|zen5|amx_xeon|none applies one class's rules on any machine (tests run
 // each everywhere; prefetch only: the same results); unset: this machine's class.
 enum class Tuning { none, zen4, zen5, amx_xeon };
@@ -110,6 +116,7 @@ enum class Tuning { none, zen4, zen5, amx_xeon };
 struct EnvDecode {
   Tuning tuning = Tuning::none;
   int64_t bytes = 0;
+  bool pages = false;
   std::string error;
 };
 
@@ -129,7 +136,9 @@ const EnvDecode& env_decode() {
         "ATTEND_DECODE_TUNING",
         {{"zen4", Tuning::zen4}, {"zen5", Tuning::zen5}, {"amx_xeon", Tuning::amx_xeon}, {"none", Tuning::none}},
         e.tuning, e.error);
-    e.bytes = e.tuning == Tuning::zen4 || e.tuning == Tuning::amx_xeon ? 24576 : 0;
+    e.bytes = e.tuning == Tuning::zen4 || e.tuning == Tuning::amx_xeon ? 24576 : e.tuning == Tuning::zen5 ? 65536 : 0;
+    e.pages = e.tuning == Tuning::zen5;
+    env_choice<bool>("ATTEND_DECODE_L2_PAGES", {{"0", false}, {"1", true}}, e.pages, e.error);
     const char* env = std::getenv("ATTEND_DECODE_L2_AHEAD");
     if (!env || !*env || !e.error.empty()) return e;
     const std::string v = env;
@@ -180,8 +189,16 @@ bool amx_bf16_math() {
 
 int64_t decode_l2_ahead_bytes() { return env_decode().error.empty() ? env_decode().bytes : 0; }
 
+bool decode_l2_pages() { return env_decode().error.empty() && env_decode().pages; }
+
 bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked) {
   const bool xeon = env_decode().tuning == Tuning::amx_xeon;
+  if (decode_l2_pages()) switch (type) {  // page starts: a Zen 5's rule
+      case kernels::KvType::f32: return gqa || !k_blocked;
+      case kernels::KvType::i8: return false;
+      case kernels::KvType::bf16:
+      case kernels::KvType::f16: return !gqa;
+    }
   switch (type) {
     case kernels::KvType::f32: return gqa || !k_blocked;
     case kernels::KvType::i8: return gqa || !xeon;

@@ -27,11 +27,17 @@ bool amx_bf16_math();
 Isa resolve(Isa requested);
 
 /// How far ahead decode requests K and V into L2 (kernels::FlashWork::l2_ahead_bytes), for this
-/// machine class: 24 KiB on a Zen 4 and on the AMX Xeons, 0 (none) elsewhere, or the environment variable
+/// machine class: 24 KiB on a Zen 4 and on the AMX Xeons, 64 KiB (page starts) on a Zen 5, 0 (none)
+/// elsewhere, or the environment variable
 /// ATTEND_DECODE_L2_AHEAD (bytes, 0 to 1048576) when set. ATTEND_DECODE_TUNING=zen4|amx_xeon|none
 /// applies that class's rules (this one and the two below) instead of this machine's. kernel_table_for
 /// throws attend::Error (invalid_argument) for any call while either variable holds something else.
 int64_t decode_l2_ahead_bytes();
+
+/// Whether those L2 requests are page starts (kernels::FlashWork::l2_pages): one line of each 4 KiB
+/// page, l2_ahead bytes ahead, instead of every line. A Zen 5's rule (with 64 KiB ahead), or
+/// ATTEND_DECODE_L2_PAGES=0|1 when set (errors as above).
+bool decode_l2_pages();
 
 /// Whether decode work items over K/V of `type` take those requests: `gqa` for a GQA group's item
 /// (two or more query rows per kv head), else one row's; `k_blocked` for a cache's blocked K (else
@@ -40,6 +46,7 @@ int64_t decode_l2_ahead_bytes();
 /// - i8: GQA groups; one row too, except on the AMX Xeons (where it cost 2–6 points of a read).
 /// - bf16, f16: none on a Zen 4 (a bf16 cache lost 6 points); on the AMX Xeons GQA groups (3–5%
 ///   faster), and bf16's one row (6–7% faster) but not f16's (2–5% slower).
+/// With page starts (a Zen 5, session 40): f32 but one row over a blocked K; bf16 and f16 one row.
 bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked);
 
 /// Whether such a work item requests K's next key group into L1 (prefetcht0) as it scores: yes,

@@ -298,6 +298,7 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     // or one row, and machine class (dispatch::decode_l2_requests, decode_k_l1_requests).
     const bool gqa = p.group_rows >= 2;
     w.l2_ahead_bytes = p.row_blocks == 1 && dispatch::decode_l2_requests(pr.kv_type, gqa, pr.k_blocked) ? l2_ahead : 0;
+    w.l2_pages = w.l2_ahead_bytes > 0 && dispatch::decode_l2_pages();
     w.no_k_l1_requests = p.row_blocks == 1 && !dispatch::decode_k_l1_requests(pr.kv_type, gqa, pr.k_blocked);
     w.scale = pr.scale;
     w.softcap = pr.softcap;

@@ -262,10 +262,11 @@ void values_to_f32_panel(const KvSource<E>& src, int64_t j0, int64_t keys, int64
 
 // The V rows a run of n rows requests into L2 (PvAhead): n rows from key j, those below j + avail
 // (the rows that exist), as at most two runs (with pages of at least a run's length, all of them;
-// otherwise the rows past the second run go unrequested).
+// otherwise the rows past the second run go unrequested); pages: FlashWork::l2_pages.
 template <class E>
-PvAhead ahead_rows(const KvSource<E>& src, int64_t j, int64_t n, int64_t avail) {
+PvAhead ahead_rows(const KvSource<E>& src, int64_t j, int64_t n, int64_t avail, bool pages) {
   PvAhead a;
+  a.pages = pages;
   const int64_t count = min64(n, avail);
   if (count <= 0) return a;
   a.v[0] = src.value(j);
@@ -285,14 +286,14 @@ PvAhead ahead_rows(const KvSource<E>& src, int64_t j, int64_t n, int64_t avail) 
 template <class Arch, class E>
 void pv_runs(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alpha, const float* ones, const float* p,
              int64_t p_row_stride, int64_t p_key_stride, int64_t j0, int64_t nk, int64_t rows, int64_t value_vectors,
-             bool masked, int64_t pf_end, int64_t l2_keys = 0) {
+             bool masked, int64_t pf_end, int64_t l2_keys = 0, bool l2_pages = false) {
   const int64_t sub = pf_end > 0 ? pv_sub_keys<Arch, E>(value_vectors) : nk;
   for (int64_t j = 0; j < nk;) {
     const int64_t n = min64(sub, src.run(j0 + j, nk - j));
     const int64_t pf = pf_end > 0 ? src.run(j0 + j, pf_end - j) : 0;
     // The rows l2_keys ahead of this run's, up to pf_end.
     const PvAhead ahead =
-        pf_end > 0 && l2_keys > 0 ? ahead_rows(src, j0 + j + l2_keys, n, pf_end - j - l2_keys) : PvAhead{};
+        pf_end > 0 && l2_keys > 0 ? ahead_rows(src, j0 + j + l2_keys, n, pf_end - j - l2_keys, l2_pages) : PvAhead{};
     pv_block<Arch>(oacc, ldo, j == 0 ? alpha : ones, p + j * p_key_stride, p_row_stride, p_key_stride,
                    src.value(j0 + j), src.v_row_stride, rows, value_vectors, n, masked, pf, ahead);
     j += n;

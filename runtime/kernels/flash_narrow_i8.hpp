@@ -91,11 +91,11 @@ inline void query_quads(const int16_t* q, int64_t depth, int32_t* out) {
 // sum stays 0 whatever the scale (as the f32 path: a token stored with a non-finite value has zero
 // codes and a NaN scale). pf: null or the G blocks the next call reads, a line per block and depth
 // quad; l2: null or G blocks further ahead, requested the same way into L2 (prefetcht1,
-// FlashWork::l2_ahead_bytes).
+// FlashWork::l2_ahead_bytes; l2_pages: the lines that start a 4 KiB page only, FlashWork::l2_pages).
 template <int NR, int G>
 [[gnu::noinline]] void i8_scores(const I8* const* blk, int64_t depth, const int32_t* qv, const float* qs,
                                  const float* const* ks, float* s, int64_t lds, const I8* const* pf,
-                                 const I8* const* l2) {
+                                 const I8* const* l2, bool l2_pages) {
   __m512i lo[G][NR], hi[G][NR];
   ATTEND_UNROLL
   for (int g = 0; g < G; ++g)
@@ -105,7 +105,10 @@ template <int NR, int G>
     if (pf)  // line c of each of the next G blocks, as this call reads its own (blocked_scores)
       for (int g = 0; g < G; ++g) __builtin_prefetch(reinterpret_cast<const char*>(pf[g]) + c * 64, 0, 3);
     if (l2)  // line c of each of the G blocks: whole blocks by the last quad
-      for (int g = 0; g < G; ++g) __builtin_prefetch(reinterpret_cast<const char*>(l2[g]) + c * 64, 0, 2);
+      for (int g = 0; g < G; ++g) {
+        const char* line = reinterpret_cast<const char*>(l2[g]) + c * 64;
+        if (!l2_pages || starts_page(line)) __builtin_prefetch(line, 0, 2);
+      }
     __m512i qr[NR];  // the rows' quads, in registers for the G blocks (see above)
     ATTEND_UNROLL
     for (int r = 0; r < NR; ++r) qr[r] = _mm512_load_si512(qv + (r * quads + c) * 16);
@@ -156,7 +159,8 @@ static_assert(kMaxL2AheadBlocks <= kI8MaxAheadBlocks, "l2_key_blocks reaches pas
 // with l2_blocks > 0 (l2_key_blocks), the blocks that far on (at least a group) into L2.
 template <int NR>
 void i8_scores_run(const I8* const* blk, const float* const* ks, int64_t blocks, int64_t known, int64_t depth,
-                   const int32_t* qv, const float* qs, float* s, int64_t lds, int packs, int64_t l2_blocks) {
+                   const int32_t* qv, const float* qs, float* s, int64_t lds, int packs, int64_t l2_blocks,
+                   bool l2_pages) {
   constexpr int G = i8_group(NR);
   const int64_t ahead = min64(kI8MaxAheadBlocks, max64(G, kI8KeyAheadBytes / (kKeyBlock * depth)));
   const int64_t l2 = l2_blocks > 0 ? max64(G, l2_blocks) : 0;
@@ -167,20 +171,20 @@ void i8_scores_run(const I8* const* blk, const float* const* ks, int64_t blocks,
   for (; b + G <= blocks; b += G)
     for (int p = 0; p < packs; ++p)
       i8_scores<NR, G>(blk + b, depth, qv + p * NR * depth * 4, qs + p * NR, ks + b, s + p * NR * lds + b * kKeyBlock,
-                       lds, at(b, G, ahead, p), at(b, G, l2, p));
+                       lds, at(b, G, ahead, p), at(b, G, l2, p), l2_pages);
   for (; b < blocks; ++b)
     for (int p = 0; p < packs; ++p)
       i8_scores<NR, 1>(blk + b, depth, qv + p * NR * depth * 4, qs + p * NR, ks + b, s + p * NR * lds + b * kKeyBlock,
-                       lds, at(b, 1, ahead, p), at(b, 1, l2, p));
+                       lds, at(b, 1, ahead, p), at(b, 1, l2, p), l2_pages);
 }
 
 inline void i8_scores_dispatch(int row_pack, const I8* const* blk, const float* const* ks, int64_t blocks,
                                int64_t known, int64_t depth, const int32_t* qv, const float* qs, float* s, int64_t lds,
-                               int packs, int64_t l2_blocks) {
+                               int packs, int64_t l2_blocks, bool l2_pages) {
   switch (row_pack) {
-    case 2: return i8_scores_run<2>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks);
-    case 4: return i8_scores_run<4>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks);
-    default: return i8_scores_run<8>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks);
+    case 2: return i8_scores_run<2>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks, l2_pages);
+    case 4: return i8_scores_run<4>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks, l2_pages);
+    default: return i8_scores_run<8>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks, l2_pages);
   }
 }
 
@@ -197,6 +201,7 @@ template <int NR, int CV>
   const int8_t* a0 = static_cast<const int8_t*>(ahead.v[0]);
   const int8_t* a1 = static_cast<const int8_t*>(ahead.v[1]);
   const int64_t a_split = ahead.split, a_count = pf_keys > 0 && a0 ? ahead.count : 0;
+  const bool a_pages = ahead.pages;
   // Rows of 128 bytes on line boundaries (D 128): two requests at fixed offsets (RowRequests).
   // The rule is RowRequests', kept in these locals: through a RowRequests object this kernel (32
   // accumulators, already spilling) kept more on the stack (objdump of i8_pv<4, 4>: 156 stack
@@ -216,8 +221,13 @@ template <int NR, int CV>
     if (pf_keys > 0)
       for (int64_t k = 0; k < 2 && 2 * p + k + pf_keys < pf_limit; ++k)
         request(std::integral_constant<int, 3>{}, v + (pf_keys + k) * ldv);
-    for (int64_t k = 2 * p; k < 2 * p + 2 && k < a_count; ++k)
-      request(std::integral_constant<int, 2>{}, k < a_split ? a0 + k * ldv : a1 + (k - a_split) * ldv);
+    for (int64_t k = 2 * p; k < 2 * p + 2 && k < a_count; ++k) {
+      const int8_t* row = k < a_split ? a0 + k * ldv : a1 + (k - a_split) * ldv;
+      if (a_pages)
+        request_row_pages<2>(row, ldv);
+      else
+        request(std::integral_constant<int, 2>{}, row);
+    }
     __m512i pw[NR];
     ATTEND_UNROLL
     for (int r = 0; r < NR; ++r) {
@@ -342,7 +352,7 @@ void flash_narrow_i8(const FlashWork& w, float* scratch) {
       blk[b] = src.key_block(j0 + b * kKeyBlock);
       ksc[b] = src.k_scale + src.scale_index(j0 + b * kKeyBlock);
     }
-    i8_scores_dispatch(R.row_pack, blk, ksc, blocks, known, depth, qv, qs, h.s, ldsn, R.packs, l2_blocks);
+    i8_scores_dispatch(R.row_pack, blk, ksc, blocks, known, depth, qv, qs, h.s, ldsn, R.packs, l2_blocks, w.l2_pages);
     narrow_softmax_phase<Arch>(w, R, h, j0, nk);
     // P' = P·vs (a zero weight stays 0), rounded per row; a non-finite P' takes the f32 P·V.
     scale_by_keys<Arch>(h.s, ldsn, R.nr, src, src.v_scale, j0, nk);
@@ -364,7 +374,8 @@ void flash_narrow_i8(const FlashWork& w, float* scratch) {
       // (an odd last key pairs with a row of its block whose weight is 0).
       const int64_t n = src.run(j0 + j, nk - j);
       const int64_t pf_limit = src.run(j0 + j, R.key_hi - j0 - j);
-      const PvAhead ahead = l2_keys > 0 ? ahead_rows(src, j0 + j + l2_keys, n, R.key_hi - j0 - j - l2_keys) : PvAhead{};
+      const PvAhead ahead =
+          l2_keys > 0 ? ahead_rows(src, j0 + j + l2_keys, n, R.key_hi - j0 - j - l2_keys, w.l2_pages) : PvAhead{};
       for (int64_t r0 = 0; r0 < R.nr; r0 += R.row_pack)
         i8_pv_dispatch(R.row_pack, reinterpret_cast<const int8_t*>(src.value(j0 + j)), w.v_row_stride,
                        wq + r0 * ldsn + j, ldsn, (n + 1) / 2, acc + r0 * ldacc, ldacc, dv, r0 == 0 ? pf_keys : 0,

@@ -2,6 +2,8 @@
 // kernel and the microkernel tester take their tile constants from here.
 #pragma once
 
+#include <cstdint>
+
 #include "simd/arch.hpp"
 
 namespace attend::kernels {
@@ -39,6 +41,29 @@ struct Tiles {
   static_assert(kScoreKeys * kMaxRowVectors <= kAccRegs, "score accumulators fit the register budget");
   static_assert(kNarrowRows <= 16, "narrow path keeps per-row ranges in arrays of 16");
 };
+
+// The page-start requests of FlashWork::l2_pages: the first line of each 4 KiB page that begins
+// inside [p, p + bytes), with prefetch hint H (a request per page: walking a stream's pages with these
+// moves each page's address translation and the hardware prefetchers' start ahead of the reads).
+constexpr uintptr_t kRequestPage = 4096;
+template <int H>
+[[gnu::always_inline]] inline void request_page_starts(const void* p, int64_t bytes) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  for (uintptr_t page = (at + kRequestPage - 1) & ~(kRequestPage - 1); page < at + bytes; page += kRequestPage)
+    __builtin_prefetch(reinterpret_cast<const void*>(page), 0, H);
+}
+// The page-start requests for one row of a run of rows `stride` bytes apart: the pages beginning
+// within its stride (rows walked in order request each page once), or, rows a page or more apart,
+// the row's own first line.
+template <int H>
+[[gnu::always_inline]] inline void request_row_pages(const void* row, int64_t stride) {
+  if (stride >= static_cast<int64_t>(kRequestPage)) return __builtin_prefetch(row, 0, H);
+  request_page_starts<H>(row, stride);
+}
+// Whether the line at p starts a page (FlashWork::l2_pages: the lines of a request stream that remain).
+[[gnu::always_inline]] inline bool starts_page(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & (kRequestPage - 1)) == 0;
+}
 
 }  // namespace
 }  // namespace attend::kernels

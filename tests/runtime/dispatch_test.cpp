@@ -116,10 +116,13 @@ TEST(Dispatch, UnknownEnvironmentValueThrows) {
 }
 
 // Decode's request rules per machine class (ATTEND_DECODE_TUNING, else this machine's class; ctest
-// runs this under every tuning): L2 requests 24 KiB ahead on a Zen 4 and the AMX Xeons only; K's L1
-// requests for one f32 row over a blocked K dropped on the AMX Xeons and a Zen 5 only.
+// runs this under every tuning): L2 requests 24 KiB ahead on a Zen 4 and the AMX Xeons, page starts
+// 64 KiB ahead on a Zen 5 (f32 but one row over a blocked K, and one row of a 16-bit K/V), none
+// elsewhere; K's L1 requests for one f32 row over a blocked K dropped on the AMX Xeons and a Zen 5
+// only.
 TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
   if (std::getenv("ATTEND_DECODE_L2_AHEAD")) GTEST_SKIP() << "ATTEND_DECODE_L2_AHEAD overrides the distance";
+  if (std::getenv("ATTEND_DECODE_L2_PAGES")) GTEST_SKIP() << "ATTEND_DECODE_L2_PAGES overrides the request kind";
   std::string tuning;
   if (const char* env = std::getenv("ATTEND_DECODE_TUNING"))
     tuning = env;
@@ -133,27 +136,47 @@ TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
   SCOPED_TRACE("tuning " + tuning);
   const bool l2 = tuning == "zen4" || tuning == "amx_xeon";
   const bool no_one_row_k = tuning == "zen5" || tuning == "amx_xeon";
-  EXPECT_EQ(dispatch::decode_l2_ahead_bytes(), l2 ? 24576 : 0);
+  const bool pages = tuning == "zen5";
+  EXPECT_EQ(dispatch::decode_l2_ahead_bytes(), l2 ? 24576 : pages ? 65536 : 0);
+  EXPECT_EQ(dispatch::decode_l2_pages(), pages);
+  using kernels::KvType;
+  if (pages) {
+    for (bool blocked : {false, true}) {
+      EXPECT_TRUE(dispatch::decode_l2_requests(KvType::f32, true, blocked));
+      EXPECT_EQ(dispatch::decode_l2_requests(KvType::f32, false, blocked), !blocked);
+      EXPECT_FALSE(dispatch::decode_l2_requests(KvType::i8, true, blocked));
+      EXPECT_FALSE(dispatch::decode_l2_requests(KvType::i8, false, blocked));
+      for (KvType t : {KvType::bf16, KvType::f16}) {
+        EXPECT_FALSE(dispatch::decode_l2_requests(t, true, blocked));
+        EXPECT_TRUE(dispatch::decode_l2_requests(t, false, blocked));
+      }
+    }
+  }
   EXPECT_EQ(dispatch::decode_k_l1_requests(kernels::KvType::f32, false, true), !no_one_row_k);
   // GQA groups, a row-major K and the other storage types keep their K requests on every class.
   for (kernels::KvType t : {kernels::KvType::f32, kernels::KvType::bf16, kernels::KvType::f16, kernels::KvType::i8}) {
     EXPECT_TRUE(dispatch::decode_k_l1_requests(t, true, true));
     EXPECT_TRUE(dispatch::decode_k_l1_requests(t, false, false));
-    if (t != kernels::KvType::f32) EXPECT_TRUE(dispatch::decode_k_l1_requests(t, false, true));
+    if (t != kernels::KvType::f32) {
+      EXPECT_TRUE(dispatch::decode_k_l1_requests(t, false, true));
+    }
   }
 }
 
-// ATTEND_DECODE_L2_AHEAD (decode's L2 request distance) must be a byte count and
-// ATTEND_DECODE_TUNING a class name: anything else makes every call throw before it changes
-// anything (a typo must not silently keep the default).
+// ATTEND_DECODE_L2_AHEAD (decode's L2 request distance) must be a byte count,
+// ATTEND_DECODE_L2_PAGES 0 or 1 and ATTEND_DECODE_TUNING a class name: anything else makes every
+// call throw before it changes anything (a typo must not silently keep the default).
 TEST(Dispatch, InvalidDecodeSettingThrowsAndChangesNothing) {
   std::string name;
   if (const char* env = std::getenv("ATTEND_DECODE_L2_AHEAD"); env && std::string(env) == "24kb")
     name = "ATTEND_DECODE_L2_AHEAD";
   else if (const char* env = std::getenv("ATTEND_DECODE_TUNING"); env && std::string(env) == "zen9")
     name = "ATTEND_DECODE_TUNING";
+  else if (const char* env = std::getenv("ATTEND_DECODE_L2_PAGES"); env && std::string(env) == "yes")
+    name = "ATTEND_DECODE_L2_PAGES";
   else
-    GTEST_SKIP() << "run by ctest with ATTEND_DECODE_L2_AHEAD=24kb or ATTEND_DECODE_TUNING=zen9";
+    GTEST_SKIP() << "run by ctest with ATTEND_DECODE_L2_AHEAD=24kb, ATTEND_DECODE_L2_PAGES=yes or "
+                    "ATTEND_DECODE_TUNING=zen9";
   const int64_t D = 16;
   std::vector<float> q(4 * D, 0.5f), k(D, 0.25f), v(D, 1.0f), o(4 * D, 7.0f);
   KVCache cache({/*kv_heads*/ 1, D, /*slots*/ 1, /*capacity*/ 8});

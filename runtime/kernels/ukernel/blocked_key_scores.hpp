@@ -24,10 +24,10 @@ namespace {
 // 23.1 us, i8 27.1 -> 25.2, bf16 22.2 -> 22.0; cold i8 (D2's shape) 32–36 -> 38–40% of a read.
 // (Row-major K's narrow_scores measured 2–5% slower when not inlined: it stays inlined.)
 // l2: null, or G blocks further ahead (FlashWork::l2_ahead_bytes), requested into L2 (prefetcht1)
-// at the same pace.
+// at the same pace; with l2_pages (FlashWork::l2_pages) only the lines that start a 4 KiB page.
 template <class Arch, int NR, int G, class E>
 [[gnu::noinline]] void blocked_scores(const E* const* blk, int64_t depth, const float* q, float* s, int64_t lds,
-                                      const E* const* pf, const E* const* l2 = nullptr) {
+                                      const E* const* pf, const E* const* l2 = nullptr, bool l2_pages = false) {
   using B = vfloat<Arch>;
   constexpr int W = B::size;
   static_assert(kKeyBlock % W == 0, "a key block is a whole number of vectors");
@@ -58,16 +58,20 @@ template <class Arch, int NR, int G, class E>
   // (the same requests as for one contiguous run of G blocks when they are adjacent).
   constexpr int64_t kSlice = G * kKeyBlock * U * static_cast<int64_t>(sizeof(E));
   const int64_t block_bytes = kKeyBlock * depth * static_cast<int64_t>(sizeof(E));
-  // A stream of requests over blocks[0, G), kSlice bytes per depth step, with prefetch hint H.
-  auto request_slice = [&](const E* const* blocks, int& block, int64_t& at, auto hint) {
+  // A stream of requests over blocks[0, G), kSlice bytes per depth step, with prefetch hint H
+  // (pages: the lines that start a page only).
+  auto request_slice = [&](const E* const* blocks, int& block, int64_t& at, auto hint, bool pages) {
     constexpr int H = decltype(hint)::value;
+    auto request = [&](const char* line) {
+      if (!pages || starts_page(line)) __builtin_prefetch(line, 0, H);
+    };
     if constexpr (kSlice < 64) {  // a slice smaller than a line: a request when a line begins
-      if ((at & 63) == 0) __builtin_prefetch(reinterpret_cast<const char*>(blocks[block]) + at, 0, H);
+      if ((at & 63) == 0) request(reinterpret_cast<const char*>(blocks[block]) + at);
       at += kSlice;
       if (at >= block_bytes) at = 0, ++block;
     } else {
       for (int64_t o = 0; o < kSlice; o += 64) {
-        __builtin_prefetch(reinterpret_cast<const char*>(blocks[block]) + at, 0, H);
+        request(reinterpret_cast<const char*>(blocks[block]) + at);
         at += 64;
         if (at >= block_bytes) at = 0, ++block;
       }
@@ -76,8 +80,8 @@ template <class Arch, int NR, int G, class E>
   int pf_block = 0, l2_block = 0;
   int64_t pf_at = 0, l2_at = 0;  // byte offsets within pf[pf_block], l2[l2_block]
   for (int64_t d = 0; d < depth; d += U) {
-    if (pf) request_slice(pf, pf_block, pf_at, std::integral_constant<int, 3>{});
-    if (l2) request_slice(l2, l2_block, l2_at, std::integral_constant<int, 2>{});
+    if (pf) request_slice(pf, pf_block, pf_at, std::integral_constant<int, 3>{}, false);
+    if (l2) request_slice(l2, l2_block, l2_at, std::integral_constant<int, 2>{}, l2_pages);
     for (int u = 0; u < U; ++u) {
       B kv[NV];
       for (int g = 0; g < G; ++g)
@@ -116,9 +120,10 @@ constexpr int kMaxL2AheadBlocks = 16;
 // turn, so the later packs read it from L1.
 // l2_blocks > 0: the first pack also requests, into L2, the group l2_blocks blocks on (when known).
 // l1_requests false: the next group is left to the hardware prefetchers (FlashWork::no_k_l1_requests).
+// l2_pages: the L2 requests are page starts only (FlashWork::l2_pages).
 template <class Arch, int NR, class E>
 void blocked_scores_run(const E* const* blk, int64_t blocks, int64_t known, int64_t depth, const float* q, float* s,
-                        int64_t lds, int packs, int64_t l2_blocks, bool l1_requests) {
+                        int64_t lds, int packs, int64_t l2_blocks, bool l1_requests, bool l2_pages) {
   constexpr int G = blocked_group<Arch>(NR);
   int64_t b = 0;
   for (; b + G <= blocks; b += G)  // (a partial last group ahead is left to the hardware)
@@ -126,32 +131,38 @@ void blocked_scores_run(const E* const* blk, int64_t blocks, int64_t known, int6
       blocked_scores<Arch, NR, G, E>(
           blk + b, depth, q + p * NR * depth, s + p * NR * lds + b * kKeyBlock, lds,
           p == 0 && l1_requests && b + 2 * G <= known ? blk + b + G : nullptr,
-          p == 0 && l2_blocks > 0 && b + l2_blocks + G <= known ? blk + b + l2_blocks : nullptr);
+          p == 0 && l2_blocks > 0 && b + l2_blocks + G <= known ? blk + b + l2_blocks : nullptr, l2_pages);
   for (; b < blocks; ++b)
     for (int p = 0; p < packs; ++p)
       blocked_scores<Arch, NR, 1, E>(blk + b, depth, q + p * NR * depth, s + p * NR * lds + b * kKeyBlock, lds,
                                      p == 0 && l1_requests && b + 1 < known ? blk + b + 1 : nullptr,
-                                     p == 0 && l2_blocks > 0 && b + l2_blocks < known ? blk + b + l2_blocks : nullptr);
+                                     p == 0 && l2_blocks > 0 && b + l2_blocks < known ? blk + b + l2_blocks : nullptr,
+                                     l2_pages);
 }
 
 template <class Arch, class E>
 void blocked_scores_dispatch(int row_pack, const E* const* blk, int64_t blocks, int64_t known, int64_t depth,
                              const float* q, float* s, int64_t lds, int packs = 1, int64_t l2_blocks = 0,
-                             bool l1_requests = true) {
+                             bool l1_requests = true, bool l2_pages = false) {
   constexpr int kMax = Tiles<Arch>::kNarrowMaxRows;
   switch (row_pack) {
-    case 1: return blocked_scores_run<Arch, 1, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks, l1_requests);
+    case 1:
+      return blocked_scores_run<Arch, 1, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks, l1_requests,
+                                            l2_pages);
     case 2:
       if constexpr (kMax >= 2)
-        return blocked_scores_run<Arch, 2, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks, l1_requests);
+        return blocked_scores_run<Arch, 2, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks, l1_requests,
+                                              l2_pages);
       break;
     case 4:
       if constexpr (kMax >= 4)
-        return blocked_scores_run<Arch, 4, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks, l1_requests);
+        return blocked_scores_run<Arch, 4, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks, l1_requests,
+                                              l2_pages);
       break;
     case 8:
       if constexpr (kMax >= 8)
-        return blocked_scores_run<Arch, 8, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks, l1_requests);
+        return blocked_scores_run<Arch, 8, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks, l1_requests,
+                                              l2_pages);
       break;
   }
 }

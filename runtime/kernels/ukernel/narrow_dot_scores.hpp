@@ -16,14 +16,15 @@ namespace {
 // read the zero row), one transpose-sum per W/NR keys. Writes rows < `rows` of S. Optionally
 // prefetches the first `pf_keys` rows at `pf` into L1 and the first `l2_keys` at `l2` into L2, spread
 // over the scoring (several rows: over the depth loop, in address order when the rows are adjacent,
-// L2 only then; one row: row by row).
+// L2 only then; one row: row by row). l2_pages (FlashWork::l2_pages): of the L2 requests only the
+// starts of 4 KiB pages.
 // Always inlined (into flash_narrow's packs loop GCC otherwise outlined it, and row-major decode
 // measured 2–5% slower with a call: MHA decode D1 lost 3–4 points of a read).
 template <class Arch, int NR, class E>
 [[gnu::always_inline]] inline void narrow_scores(const E* kbase, int64_t ldk, int64_t keys, const float* q,
                                                  int64_t depth, const E* zeros, float* s, int64_t lds, int64_t rows,
                                                  const E* pf, int64_t pf_keys, const E* l2 = nullptr,
-                                                 int64_t l2_keys = 0) {
+                                                 int64_t l2_keys = 0, bool l2_pages = false) {
   using B = vfloat<Arch>;
   constexpr int W = B::size, KG = W / NR;
   alignas(64) float sums[W];
@@ -56,8 +57,12 @@ template <class Arch, int NR, class E>
         for (int k = 0; k < KG; ++k) {
           if (pp[k])
             for (int64_t c = d0; c < d0 + chunk; c += kLine) __builtin_prefetch(pp[k] + c, 0, 3);
-          if (l2 && j + k < l2_keys)
-            for (int64_t c = d0; c < d0 + chunk; c += kLine) __builtin_prefetch(l2 + (j + k) * ldk + c, 0, 2);
+          if (l2 && j + k < l2_keys) {
+            if (!l2_pages)
+              for (int64_t c = d0; c < d0 + chunk; c += kLine) __builtin_prefetch(l2 + (j + k) * ldk + c, 0, 2);
+            else if (d0 == 0)
+              request_row_pages<2>(l2 + (j + k) * ldk, ldk * static_cast<int64_t>(sizeof(E)));
+          }
           B a[2] = {acc[k], B(0.0f)};
           for (int i = 0; i < QC; ++i)
             if (i < nq) a[i & 1] = xsimd::fma(qv[i], load_float<Arch>(kp[k] + d0 + i * W), a[i & 1]);
@@ -81,7 +86,7 @@ template <class Arch, int NR, class E>
     for (int64_t d = 0; d < depth; d += W) {
       if (l2_in_order)
         for (int k = 0; k < KG; ++k, l2_run += 64)
-          if (l2_run < l2_end) __builtin_prefetch(l2_run, 0, 2);
+          if (l2_run < l2_end && (!l2_pages || starts_page(l2_run))) __builtin_prefetch(l2_run, 0, 2);
       if (in_order) {
         for (int k = 0; k < KG; ++k, run += 64)
           if (run < run_end) __builtin_prefetch(run, 0, 3);
@@ -104,22 +109,27 @@ template <class Arch, int NR, class E>
 template <class Arch, class E>
 void narrow_scores_dispatch(int row_pack, const E* k, int64_t ldk, int64_t keys, const float* q, int64_t depth,
                             const E* zeros, float* s, int64_t lds, int64_t rows, const E* pf, int64_t pf_keys,
-                            const E* l2 = nullptr, int64_t l2_keys = 0) {
+                            const E* l2 = nullptr, int64_t l2_keys = 0, bool l2_pages = false) {
   constexpr int W = vfloat<Arch>::size;
   switch (row_pack) {
-    case 1: return narrow_scores<Arch, 1, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys, l2, l2_keys);
-    case 2: return narrow_scores<Arch, 2, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys, l2, l2_keys);
+    case 1:
+      return narrow_scores<Arch, 1, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys, l2, l2_keys, l2_pages);
+    case 2:
+      return narrow_scores<Arch, 2, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys, l2, l2_keys, l2_pages);
     case 4:
       if constexpr (W >= 4)
-        return narrow_scores<Arch, 4, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys, l2, l2_keys);
+        return narrow_scores<Arch, 4, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys, l2, l2_keys,
+                                         l2_pages);
       break;
     case 8:
       if constexpr (W >= 8)
-        return narrow_scores<Arch, 8, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys, l2, l2_keys);
+        return narrow_scores<Arch, 8, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys, l2, l2_keys,
+                                         l2_pages);
       break;
     case 16:
       if constexpr (W >= 16)
-        return narrow_scores<Arch, 16, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys, l2, l2_keys);
+        return narrow_scores<Arch, 16, E>(k, ldk, keys, q, depth, zeros, s, lds, rows, pf, pf_keys, l2, l2_keys,
+                                          l2_pages);
       break;
   }
 }

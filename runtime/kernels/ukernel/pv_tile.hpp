@@ -36,12 +36,15 @@ struct PvArgs {
   // of a paged cache). Null l2_v[0] = none.
   const void* l2_v[2] = {nullptr, nullptr};
   int64_t l2_split = 0, l2_count = 0;
+  // FlashWork::l2_pages: of each ahead row's stride, only the starts of 4 KiB pages are requested.
+  bool l2_pages = false;
 };
 
 /// Where a run of V rows' "ahead" rows are (PvArgs::l2_v): up to two segments.
 struct PvAhead {
   const void* v[2] = {nullptr, nullptr};
   int64_t split = 0, count = 0;
+  bool pages = false;  // PvArgs::l2_pages
 };
 
 // Requests the lines that start inside [at, at + bytes) (whole rows, or a pass's slice of them: each
@@ -79,7 +82,7 @@ struct RowRequests {
   const T* v0;
   const T* v1;
   int64_t split, count, ldv, bytes, pf_keys, pf_limit;
-  bool fixed_next, fixed_ahead;
+  bool fixed_next, fixed_ahead, pages;
   RowRequests(const PvArgs& a, const T* v)
       : v0(static_cast<const T*>(a.l2_v[0])),
         v1(static_cast<const T*>(a.l2_v[1])),
@@ -88,7 +91,8 @@ struct RowRequests {
         ldv(a.ldv),
         bytes(a.pf_bytes),
         pf_keys(a.pf_keys),
-        pf_limit(a.pf_bytes ? a.pf_limit : 0) {
+        pf_limit(a.pf_bytes ? a.pf_limit : 0),
+        pages(a.l2_pages) {
     const bool whole = kRowBytes > 0 && bytes == kRowBytes;
     fixed_next = whole && rows_on_lines<T>(v + pf_keys * ldv, ldv);
     fixed_ahead = whole && v0 && rows_on_lines<T>(v0, ldv) && (!v1 || rows_on_lines<T>(v1, ldv));
@@ -105,6 +109,7 @@ struct RowRequests {
   [[gnu::always_inline]] void ahead(int64_t j) const {
     if (j >= count) return;
     const T* row = j < split ? v0 + j * ldv : v1 + (j - split) * ldv;
+    if (pages) return request_row_pages<2>(row, ldv * static_cast<int64_t>(sizeof(T)));
     if constexpr (kRowBytes > 0)
       if (fixed_ahead) return request_whole_lines<2, kRowBytes>(row);
     request_lines<2>(row, bytes);
@@ -459,6 +464,7 @@ inline void set_ahead(PvArgs& a, const PvAhead& ahead) {
   a.l2_v[1] = ahead.v[1];
   a.l2_split = ahead.split;
   a.l2_count = ahead.count;
+  a.l2_pages = ahead.pages;
 }
 
 // How far ahead decode's P·V prefetches V, in bytes (the hardware prefetcher alone lags the V
