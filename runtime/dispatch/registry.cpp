@@ -106,8 +106,9 @@ const EnvCap& env_cap() {
 // A Zen 5 (session 40, alternated attend-bench processes, 3 rounds, share of a read) requests page
 // starts (decode_l2_pages: one line per 4 KiB page) 64 KiB ahead: the serving decode step 69–81 →
 // 97–111% (slots and paged), sdpa D4 84–90 → 104–109, the bf16 cache's D4 78–98 → 102–107, bf16
-// sdpa D4 87–93 → 106–109. Not for one f32 row over a blocked K (cache D1 101–103 → 85–91) nor
-// the 16-bit and 8-bit caches' GQA groups (bf16 D2/D3 80–85 → 66–77; i8 within noise or lower).
+// sdpa D4 87–93 → 106–109. Not for one f32 row over a blocked K (cache D1 101–103 → 85–91), f32
+// GQA groups over a row-major K (sdpa D5 92–96 → 89–93, D2/D3 within noise; 4 rounds) nor the
+// 16-bit and 8-bit caches' GQA groups (bf16 D2/D3 80–85 → 66–77; i8 within noise or lower).
 //
 // ATTEND_DECODE_TUNING=zen4|zen5|amx_xeon|none applies one class's rules on any machine (tests run
 // each everywhere; prefetch only: the same results); unset: this machine's class.
@@ -193,8 +194,8 @@ bool decode_l2_pages() { return env_decode().error.empty() && env_decode().pages
 
 bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked) {
   const bool xeon = env_decode().tuning == Tuning::amx_xeon;
-  if (decode_l2_pages()) switch (type) {  // page starts: a Zen 5's rule
-      case kernels::KvType::f32: return gqa || !k_blocked;
+  if (decode_l2_pages()) switch (type) {                   // page starts: a Zen 5's rule
+      case kernels::KvType::f32: return gqa == k_blocked;  // a cache's GQA groups, sdpa's one row
       case kernels::KvType::i8: return false;
       case kernels::KvType::bf16:
       case kernels::KvType::f16: return !gqa;

@@ -46,7 +46,8 @@ bool decode_l2_pages();
 /// - i8: GQA groups; one row too, except on the AMX Xeons (where it cost 2–6 points of a read).
 /// - bf16, f16: none on a Zen 4 (a bf16 cache lost 6 points); on the AMX Xeons GQA groups (3–5%
 ///   faster), and bf16's one row (6–7% faster) but not f16's (2–5% slower).
-/// With page starts (a Zen 5, session 40): f32 but one row over a blocked K; bf16 and f16 one row.
+/// With page starts (a Zen 5, session 40): f32 GQA groups over a blocked K and one row over a
+/// row-major K; bf16 and f16 one row.
 bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked);
 
 /// Whether such a work item requests K's next key group into L1 (prefetcht0) as it scores: yes,

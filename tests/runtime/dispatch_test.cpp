@@ -117,7 +117,8 @@ TEST(Dispatch, UnknownEnvironmentValueThrows) {
 
 // Decode's request rules per machine class (ATTEND_DECODE_TUNING, else this machine's class; ctest
 // runs this under every tuning): L2 requests 24 KiB ahead on a Zen 4 and the AMX Xeons, page starts
-// 64 KiB ahead on a Zen 5 (f32 but one row over a blocked K, and one row of a 16-bit K/V), none
+// 64 KiB ahead on a Zen 5 (f32 GQA groups over a blocked K and one row over a row-major K, and one
+// row of a 16-bit K/V), none
 // elsewhere; K's L1 requests for one f32 row over a blocked K dropped on the AMX Xeons and a Zen 5
 // only.
 TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
@@ -142,7 +143,7 @@ TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
   using kernels::KvType;
   if (pages) {
     for (bool blocked : {false, true}) {
-      EXPECT_TRUE(dispatch::decode_l2_requests(KvType::f32, true, blocked));
+      EXPECT_EQ(dispatch::decode_l2_requests(KvType::f32, true, blocked), blocked);
       EXPECT_EQ(dispatch::decode_l2_requests(KvType::f32, false, blocked), !blocked);
       EXPECT_FALSE(dispatch::decode_l2_requests(KvType::i8, true, blocked));
       EXPECT_FALSE(dispatch::decode_l2_requests(KvType::i8, false, blocked));
