@@ -292,8 +292,12 @@ void pv_runs(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alph
     const int64_t n = min64(sub, src.run(j0 + j, nk - j));
     const int64_t pf = pf_end > 0 ? src.run(j0 + j, pf_end - j) : 0;
     // The rows l2_keys ahead of this run's, up to pf_end.
-    const PvAhead ahead =
+    PvAhead ahead =
         pf_end > 0 && l2_keys > 0 ? ahead_rows(src, j0 + j + l2_keys, n, pf_end - j - l2_keys, l2_pages) : PvAhead{};
+    if (pf > 0 && j + pf < pf_end) {  // the L1 requests go on into the next run (a paged cache's page)
+      ahead.next = src.value(j0 + j + pf);
+      ahead.next_count = src.run(j0 + j + pf, pf_end - j - pf);
+    }
     pv_block<Arch>(oacc, ldo, j == 0 ? alpha : ones, p + j * p_key_stride, p_row_stride, p_key_stride,
                    src.value(j0 + j), src.v_row_stride, rows, value_vectors, n, masked, pf, ahead);
     j += n;

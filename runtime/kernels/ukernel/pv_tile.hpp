@@ -38,13 +38,19 @@ struct PvArgs {
   int64_t l2_split = 0, l2_count = 0;
   // FlashWork::l2_pages: of each ahead row's stride, only the starts of 4 KiB pages are requested.
   bool l2_pages = false;
+  // The rows after the `pf_limit` rows at `v` (a paged cache's next page, rows ldv apart), where the
+  // L1 requests continue past the run's end: pf_next_count of them. Null = none.
+  const void* pf_next = nullptr;
+  int64_t pf_next_count = 0;
 };
 
 /// Where a run of V rows' "ahead" rows are (PvArgs::l2_v): up to two segments.
 struct PvAhead {
   const void* v[2] = {nullptr, nullptr};
   int64_t split = 0, count = 0;
-  bool pages = false;  // PvArgs::l2_pages
+  bool pages = false;          // PvArgs::l2_pages
+  const void* next = nullptr;  // PvArgs::pf_next, pf_next_count
+  int64_t next_count = 0;
 };
 
 // Requests the lines that start inside [at, at + bytes) (whole rows, or a pass's slice of them: each
@@ -81,26 +87,33 @@ struct RowRequests {
   static constexpr int64_t kRowBytes = kRowBytesOf % 64 == 0 ? kRowBytesOf : 0;  // (whole lines only)
   const T* v0;
   const T* v1;
-  int64_t split, count, ldv, bytes, pf_keys, pf_limit;
+  const T* next_v;  // PvArgs::pf_next
+  int64_t split, count, ldv, bytes, pf_keys, pf_limit, next_count;
   bool fixed_next, fixed_ahead, pages;
   RowRequests(const PvArgs& a, const T* v)
       : v0(static_cast<const T*>(a.l2_v[0])),
         v1(static_cast<const T*>(a.l2_v[1])),
+        next_v(static_cast<const T*>(a.pf_next)),
         split(a.l2_split),
         count(a.pf_bytes && a.l2_v[0] ? a.l2_count : 0),
         ldv(a.ldv),
         bytes(a.pf_bytes),
         pf_keys(a.pf_keys),
         pf_limit(a.pf_bytes ? a.pf_limit : 0),
+        next_count(a.pf_bytes && a.pf_next ? a.pf_next_count : 0),
         pages(a.l2_pages) {
     const bool whole = kRowBytes > 0 && bytes == kRowBytes;
     fixed_next = whole && rows_on_lines<T>(v + pf_keys * ldv, ldv);
     fixed_ahead = whole && v0 && rows_on_lines<T>(v0, ldv) && (!v1 || rows_on_lines<T>(v1, ldv));
   }
   bool any() const { return pf_limit > 0 || count > 0; }
-  // Row j + pf_keys into L1 (v: row j), below pf_limit.
+  // Row j + pf_keys into L1 (v: row j), below pf_limit; past it, the next run's rows (pf_next).
   [[gnu::always_inline]] void next(int64_t j, const T* v) const {
-    if (j + pf_keys >= pf_limit) return;
+    if (j + pf_keys >= pf_limit) {
+      const int64_t k = j + pf_keys - pf_limit;
+      if (k < next_count) request_lines<3>(next_v + k * ldv, bytes);
+      return;
+    }
     if constexpr (kRowBytes > 0)
       if (fixed_next) return request_whole_lines<3, kRowBytes>(v + pf_keys * ldv);
     request_lines<3>(v + pf_keys * ldv, bytes);
@@ -465,6 +478,8 @@ inline void set_ahead(PvArgs& a, const PvAhead& ahead) {
   a.l2_split = ahead.split;
   a.l2_count = ahead.count;
   a.l2_pages = ahead.pages;
+  a.pf_next = ahead.next;
+  a.pf_next_count = ahead.next_count;
 }
 
 // How far ahead decode's P·V prefetches V, in bytes (the hardware prefetcher alone lags the V
