@@ -88,9 +88,10 @@ struct FlashWork {
   // dispatch::decode_l2_requests says they help (per storage type, GQA group or one row, and
   // machine class); prefetch only: results are the same.
   int64_t l2_ahead_bytes;
-  // The L2 requests touch only the first line of each 4 KiB page they pass (prefetch_page_start):
-  // the address translation of every page, and the hardware prefetchers' start on it, run
-  // l2_ahead_bytes ahead without filling the miss buffers with whole rows. dispatch::decode_l2_pages.
+  // The L2 requests touch only the first line of each 4 KiB page they pass (starts_page and
+  // request_row_pages in tile_traits.hpp): the address translation of every page, and the
+  // hardware prefetchers' start on it, run l2_ahead_bytes ahead without filling the miss buffers
+  // with whole rows. dispatch::decode_l2_pages.
   bool l2_pages;
   // Decode: leave K's next key group to the hardware prefetchers (no prefetcht0 of it while
   // scoring): dispatch::decode_k_l1_requests, per storage type, rows and machine class.
