@@ -20,6 +20,8 @@
 //   9  1 + the same page requests
 //   10 two passes: all of a head's K scored (tile by tile, the requests of 2), a softmax-like
 //      pass, then all of its V (session 39)
+//   11 2 + the page requests of 8 (no arithmetic; session 40)
+//   12 4 without the kernel's own requests, + the page requests (session 40)
 // Medians of 15 passes, stages rotated from one pass to the next.
 //   g++ -O2 -march=native -fopenmp docs/experiments/decode_shapes.cpp -o /tmp/decode_shapes
 //   /tmp/decode_shapes [HEADS]      # HEADS kv heads of 4096 keys, 4 MiB each (8: D2's 32 MiB)
@@ -221,7 +223,7 @@ int main(int argc, char** argv) {
   char* buf = huge_buffer(bytes);
   for (int r = 0; r < 4; ++r)
     for (int d = 0; d < D; ++d) q[r][d] = 1e-3f * static_cast<float>(r + d);
-  constexpr int M = 12;
+  constexpr int M = 14;
   const char* names[M] = {"the bench's plain read",
                           "0 heads' K then V, one chain",
                           "1 kernel order, no requests",
@@ -233,14 +235,16 @@ int main(int argc, char** argv) {
                           "7 4 with K of t+1 and V of t interleaved",
                           "8 4 + a line a 4 KiB page 64 KiB on",
                           "9 1 + a line a 4 KiB page 64 KiB on",
-                          "10 two passes: K, then V"};
+                          "10 two passes: K, then V",
+                          "11 2 + a line a 4 KiB page 64 KiB on",
+                          "12 4 without requests + page lines"};
   std::vector<double> r[M];
   volatile float sink = 0;
   for (int rep = 0; rep < 15; ++rep)
     for (int i = 0; i < M; ++i) {
       const int m = (i + rep) % M;
       evict(buf, bytes);
-      PA = (m >= 9) ? 65536 : 0;
+      PA = (m >= 9 && m != 11) ? 65536 : 0;
       const auto t0 = std::chrono::steady_clock::now();
       if (m == 0) {
 #pragma omp parallel num_threads(2)
@@ -262,6 +266,8 @@ int main(int argc, char** argv) {
             case 9: v = head<true, true, true>(base); break;
             case 10: v = head<false, false, false>(base); break;
             case 11: v = head_two_pass(base); break;
+            case 12: v = head<true, false, false>(base); break;
+            case 13: v = head<false, true, true>(base); break;
           }
           sink = sink + v;
         }
