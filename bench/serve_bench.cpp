@@ -11,7 +11,9 @@
 //                                      dense f32 cache per sequence
 //   serve/paged-f32-decode, serve/slots-f32-decode
 //                                      one decode step of all 32 sequences, paired with a plain
-//                                      read of their K/V bytes (stream_pct)
+//                                      read of their K/V bytes (stream_pct); paged-f32-decode also
+//                                      with the slot cache's step run right before each of its
+//                                      steps (slots_paired: slot time / paged time)
 // Counters: tokens_per_s (new tokens of the trace per second), pool_MiB / slots_MiB (the cache's
 // storage; slots_MiB is a slot cache with a slot per sequence sized for the longest one),
 // mem_vs_slots_pct, used_peak_MiB (blocks held at the end of the trace), mixed_ratio (paged-f32:
@@ -427,6 +429,42 @@ void decode_counters(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(kSeqs), benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The slot cache's decode step over the 32 sequences (slots 0…30 and 32): one cached_attention
+// call, after restore() puts the sequences back at the trace's lengths.
+struct SlotsDecode {
+  SlotWorld& w = SlotWorld::get();
+  StepData& d = StepData::get();
+  std::vector<int64_t> seqs;
+  TensorView q, k, v, o;
+  SlotsDecode()
+      : q(d.q.data(), {kSeqs, kHq, 1, kD}, {kHq * kD, kD, kHq * kD, 1}),
+        k(d.k.data(), {kSeqs, kHkv, 1, kD}, {kHkv * kD, kD, kHkv * kD, 1}),
+        v(d.v.data(), {kSeqs, kHkv, 1, kD}, {kHkv * kD, kD, kHkv * kD, 1}),
+        o(d.o.data(), {kSeqs, kHq, 1, kD}, {kHq * kD, kD, kHq * kD, 1}) {
+    for (int64_t i = 0; i < kDecoders; ++i) seqs.push_back(i);
+    seqs.push_back(kSeqs);
+  }
+  void restore() {
+    const Trace& t = Trace::get();
+    for (int64_t i = 0; i < kDecoders; ++i) w.cache->truncate(i, t.lengths[static_cast<size_t>(i)]);
+    w.cache->truncate(kSeqs, t.last_length);
+  }
+  void step() { cached_attention(q, k, v, *w.cache, seqs, o); }
+};
+
+double seconds_of(auto&& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// slots_paired: before each paged step (untimed, in its prepare) the slot cache's step over the
+// same sequences runs from evicted caches too, so each paged step has a slot step timed just before
+// it; the counter is the median of slot time / paged time — the paged cache's bandwidth relative to
+// the slot cache's on the same bytes (1 = paging costs nothing), free of the machine's bandwidth
+// moving between entries. (stream_pct compares each with a read of its own storage, and the two
+// storages read at different speeds: the paged pool is compact, the slots leave each slot's unused
+// capacity between sequences.)
 void bm_paged_decode(benchmark::State& state, int64_t block_tokens) {
   PagedWorld& w = PagedWorld::get(DType::f32, block_tokens);
   StepData& d = StepData::get();
@@ -442,33 +480,38 @@ void bm_paged_decode(benchmark::State& state, int64_t block_tokens) {
   restore();
   std::vector<int64_t> seqs;
   for (const SequenceChunk& c : chunks) seqs.push_back(c.seq);
-  timed_loop_vs_own_bytes(state, evict_cache(*w.cache, seqs), restore, [&] {
-    paged_attention(d.qv(0, kSeqs), d.kv(0, kSeqs), d.vv(0, kSeqs), *w.cache, chunks, d.ov(0, kSeqs));
-  });
+  SlotsDecode slots;
+  slots.restore();
+  const Evict slot_bytes = evict_cache(*slots.w.cache, slots.seqs);
+  std::vector<double> slot_s, paged_s;  // [i]: the i-th slot step, the i-th paged step (0: warm-up)
+  timed_loop_vs_own_bytes(
+      state, evict_cache(*w.cache, seqs),
+      [&] {
+        restore();
+        slots.restore();
+        slot_bytes();
+        slot_s.push_back(seconds_of([&] { slots.step(); }));
+      },
+      [&] {
+        paged_s.push_back(seconds_of([&] {
+          paged_attention(d.qv(0, kSeqs), d.kv(0, kSeqs), d.vv(0, kSeqs), *w.cache, chunks, d.ov(0, kSeqs));
+        }));
+      });
   for (size_t i = 0; i < w.decoders.size(); ++i) w.cache->truncate(w.decoders[i], t.lengths[i]);
   w.cache->truncate(w.last, t.last_length);
+  slots.restore();
+  std::vector<double> r;
+  for (size_t i = 1; i < slot_s.size() && i < paged_s.size(); ++i) r.push_back(slot_s[i] / paged_s[i]);
+  if (!r.empty()) state.counters["slots_paired"] = median(r);
   decode_counters(state);
 }
 
 void bm_slots_decode(benchmark::State& state) {
-  SlotWorld& w = SlotWorld::get();
-  StepData& d = StepData::get();
-  const Trace& t = Trace::get();
-  std::vector<int64_t> seqs;
-  for (int64_t i = 0; i < kDecoders; ++i) seqs.push_back(i);
-  seqs.push_back(kSeqs);
-  const TensorView q(d.q.data(), {kSeqs, kHq, 1, kD}, {kHq * kD, kD, kHq * kD, 1});
-  const TensorView k(d.k.data(), {kSeqs, kHkv, 1, kD}, {kHkv * kD, kD, kHkv * kD, 1});
-  const TensorView v(d.v.data(), {kSeqs, kHkv, 1, kD}, {kHkv * kD, kD, kHkv * kD, 1});
-  const TensorView o(d.o.data(), {kSeqs, kHq, 1, kD}, {kHq * kD, kD, kHq * kD, 1});
-  auto restore = [&] {
-    for (int64_t i = 0; i < kDecoders; ++i) w.cache->truncate(i, t.lengths[static_cast<size_t>(i)]);
-    w.cache->truncate(kSeqs, t.last_length);
-  };
-  restore();
-  timed_loop_vs_own_bytes(state, evict_cache(*w.cache, seqs), restore,
-                          [&] { cached_attention(q, k, v, *w.cache, seqs, o); });
-  restore();
+  SlotsDecode s;
+  s.restore();
+  timed_loop_vs_own_bytes(
+      state, evict_cache(*s.w.cache, s.seqs), [&] { s.restore(); }, [&] { s.step(); });
+  s.restore();
   decode_counters(state);
 }
 
@@ -541,6 +584,17 @@ void print_serve_summary(const SummaryReporter& rep, FILE* out) {
       if (const auto* e = rep.find("serve/paged-f32-decode-b" + std::to_string(bt)))
         std::fprintf(out, "; %lld: %.1f%% (%.2f)", static_cast<long long>(bt), e->stream_pct,
                      e->stream_pct / sd->stream_pct);
+    std::fprintf(out, "\n");
+  }
+  if (pd && pd->counter("slots_paired") > 0) {
+    std::fprintf(out,
+                 "decode step of 32, the slot cache's step timed right before each paged one (slots time / paged "
+                 "time, median: the paged cache's bandwidth relative to the slot cache's on the same bytes): "
+                 "%lld-token blocks %.3f",
+                 static_cast<long long>(kBlockTokens), pd->counter("slots_paired"));
+    for (int64_t bt : {64, 128, 256})
+      if (const auto* e = rep.find("serve/paged-f32-decode-b" + std::to_string(bt)))
+        std::fprintf(out, "; %lld: %.3f", static_cast<long long>(bt), e->counter("slots_paired"));
     std::fprintf(out, "\n");
   }
 }
