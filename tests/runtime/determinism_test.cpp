@@ -46,19 +46,24 @@ TEST(Determinism, SdpaPrefillAndSplitDecode) {
     const auto q = random_vec(static_cast<size_t>(s.B * s.Hq * s.Nq * s.D), 1);
     const auto k = random_vec(static_cast<size_t>(s.B * s.Hkv * s.Nk * s.D), 2);
     const auto v = random_vec(k.size(), 3);
+    // (FpMath::bf16: prefill's items run in runs per thread, each packing its own heads' K/V)
     for (Isa isa : supported_isas())
-      expect_same_bits(std::string("sdpa ") + isa_name(isa) + " Nq=" + std::to_string(s.Nq), [&](int threads) {
-        std::vector<float> o(q.size());
-        SdpaOptions opt;
-        opt.causal = s.causal;
-        opt.num_threads = threads;
-        opt.isa = isa;
-        scaled_dot_product_attention(TensorView::dense(q.data(), {s.B, s.Hq, s.Nq, s.D}),
-                                     TensorView::dense(k.data(), {s.B, s.Hkv, s.Nk, s.D}),
-                                     TensorView::dense(v.data(), {s.B, s.Hkv, s.Nk, s.D}),
-                                     TensorView::dense(o.data(), {s.B, s.Hq, s.Nq, s.D}), opt);
-        return o;
-      });
+      for (FpMath fpmath : {FpMath::strict, FpMath::bf16})
+        expect_same_bits(std::string("sdpa ") + isa_name(isa) + (fpmath == FpMath::bf16 ? " bf16 math" : "") +
+                             " Nq=" + std::to_string(s.Nq),
+                         [&](int threads) {
+                           std::vector<float> o(q.size());
+                           SdpaOptions opt;
+                           opt.causal = s.causal;
+                           opt.num_threads = threads;
+                           opt.isa = isa;
+                           opt.fpmath = fpmath;
+                           scaled_dot_product_attention(TensorView::dense(q.data(), {s.B, s.Hq, s.Nq, s.D}),
+                                                        TensorView::dense(k.data(), {s.B, s.Hkv, s.Nk, s.D}),
+                                                        TensorView::dense(v.data(), {s.B, s.Hkv, s.Nk, s.D}),
+                                                        TensorView::dense(o.data(), {s.B, s.Hq, s.Nq, s.D}), opt);
+                           return o;
+                         });
   }
 }
 
