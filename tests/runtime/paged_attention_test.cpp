@@ -459,18 +459,23 @@ TEST(PagedKVCache, NewBlocksFollowTheSequenceOrComeAsOneRun) {
 
 // The free blocks' search across the bitmap's 64-block words: isolated free blocks are passed
 // over for a run, a run may straddle two words, and a call that finds no run of what it needs takes
-// the lowest stretch first.
+// the lowest stretch first. (Every free run here follows a sequence's last block and is shorter than
+// the room left for it to grow, so stretches go to the runs' starts.)
 TEST(PagedKVCache, FreeRunsAcrossWordsAndIsolatedBlocks) {
   using detail::PagedKVCacheAccess;
   PagedKVCache cache({1, 16, 200, 16, DType::f32});
   History hist{1, 16, DType::f32, {}, {}};
   std::mt19937 rng(6);
-  std::vector<int64_t> one(200);
-  for (int64_t b = 0; b < 200; ++b) {  // sequence b holds block b
-    one[static_cast<size_t>(b)] = cache.create_sequence();
-    append_random(cache, hist, rng, one[static_cast<size_t>(b)], 16);
-    ASSERT_EQ(PagedKVCacheAccess::block_table(cache, one[static_cast<size_t>(b)]), std::vector<int32_t>{int32_t(b)});
+  std::vector<int64_t> one(200, -1);  // the sequence holding block b
+  for (int64_t i = 0; i < 200; ++i) {
+    const int64_t s = cache.create_sequence();
+    append_random(cache, hist, rng, s, 16);
+    const std::vector<int32_t> table = PagedKVCacheAccess::block_table(cache, s);
+    ASSERT_EQ(table.size(), 1u);
+    ASSERT_EQ(one[static_cast<size_t>(table[0])], -1);
+    one[static_cast<size_t>(table[0])] = s;
   }
+  EXPECT_EQ(cache.free_blocks(), 0);
   std::vector<int64_t> freed = {10, 12, 14, 63, 64, 65, 66, 199};
   for (int64_t b = 130; b < 140; ++b) freed.push_back(b);
   for (int64_t b : freed) cache.release(one[static_cast<size_t>(b)]);
@@ -486,6 +491,70 @@ TEST(PagedKVCache, FreeRunsAcrossWordsAndIsolatedBlocks) {
   EXPECT_EQ(cache.free_blocks(), 2);
   EXPECT_EQ(taken(32), (std::vector<int32_t>{14, 199}));
   EXPECT_EQ(cache.free_blocks(), 0);
+}
+
+// Sequences growing side by side a block at a time: each new stretch leaves 512 tokens' worth of
+// blocks free after the last block of the sequence before it, so each grows into its own run
+// (decode then reads it as one run per head); when no run has that room, blocks come from the
+// lowest run that holds them, then the lowest free blocks, until the pool is full.
+TEST(PagedKVCache, GrowingSequencesKeepRoomToGrow) {
+  using detail::PagedKVCacheAccess;
+  PagedKVCache cache({1, 16, 160, 16, DType::f32});  // room: 512 / 16 = 32 blocks
+  History hist{1, 16, DType::f32, {}, {}};
+  std::mt19937 rng(7);
+  auto ascending = [](int32_t from, int32_t n) {
+    std::vector<int32_t> r(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) r[static_cast<size_t>(i)] = from + i;
+    return r;
+  };
+  const int64_t a = cache.create_sequence(), b = cache.create_sequence();
+  for (int round = 0; round < 20; ++round) {  // a from 0, b from 1 + 32 (after a's room)
+    append_random(cache, hist, rng, a, 16);
+    append_random(cache, hist, rng, b, 16);
+  }
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, a), ascending(0, 20));
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, b), ascending(33, 20));
+  const int64_t c = cache.create_sequence();
+  append_random(cache, hist, rng, c, 16);  // [20, 33) has no room past a's 19: after b's 52, + 32
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, c), std::vector<int32_t>{85});
+  append_random(cache, hist, rng, a, 13 * 16);  // a fills its room up to b's 33…
+  append_random(cache, hist, rng, a, 16);       // …then a new stretch: [53, 85) is short, so after c's 85
+  std::vector<int32_t> expect_a = ascending(0, 33);
+  expect_a.push_back(118);
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, a), expect_a);
+  // No run with room left (the rest is 32-block gaps at most after someone's last block): blocks
+  // come from the lowest runs, and every one of them can be taken.
+  const int64_t d = cache.create_sequence();
+  append_random(cache, hist, rng, d, 16);
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, d), std::vector<int32_t>{151});
+
+  while (cache.free_blocks() > 0) {
+    append_random(cache, hist, rng, a, 16);
+    if (cache.free_blocks() > 0) append_random(cache, hist, rng, b, 16);
+  }
+  std::vector<int> held(160, 0);
+  for (int64_t s : {a, b, c, d})
+    for (int32_t blk : PagedKVCacheAccess::block_table(cache, s)) ++held[static_cast<size_t>(blk)];
+  EXPECT_EQ(std::count(held.begin(), held.end(), 1), 160);
+  // Truncated to its first block (33), b's last block is 33 again; released, c's 85 is no one's:
+  // [34, 86) and on is one free run with room past b's 33, so a new sequence starts at 34 + 32.
+  cache.release(c);
+  cache.truncate(b, 16);
+  const int64_t e = cache.create_sequence();
+  append_random(cache, hist, rng, e, 16);
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, e), std::vector<int32_t>{66});
+  // A fork's last block is its own too: with the original released, a new stretch still leaves
+  // room after it.
+  PagedKVCache fresh({1, 16, 160, 16, DType::f32});
+  History hist2{1, 16, DType::f32, {}, {}};
+  const int64_t x = fresh.create_sequence();
+  append_random(fresh, hist2, rng, x, 16);
+  const int64_t y = fresh.fork(x);
+  fresh.release(x);
+  const int64_t z = fresh.create_sequence();
+  append_random(fresh, hist2, rng, z, 16);
+  EXPECT_EQ(PagedKVCacheAccess::block_table(fresh, y), std::vector<int32_t>{0});
+  EXPECT_EQ(PagedKVCacheAccess::block_table(fresh, z), std::vector<int32_t>{33});
 }
 
 // A call reserves its workspace for its own cache's storage type, whatever cache the thread served
