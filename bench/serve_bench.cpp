@@ -14,6 +14,8 @@
 //                                      read of their K/V bytes (stream_pct); paged-f32-decode also
 //                                      with the slot cache's step run right before each of its
 //                                      steps (slots_paired: slot time / paged time)
+//   serve/paged-f32-decode-grown       the same step over histories grown as a server grows them:
+//                                      prompt chunks, then a token at a time side by side
 // Counters: tokens_per_s (new tokens of the trace per second), pool_MiB / slots_MiB (the cache's
 // storage; slots_MiB is a slot cache with a slot per sequence sized for the longest one),
 // mem_vs_slots_pct, used_peak_MiB (blocks held at the end of the trace), mixed_ratio (paged-f32:
@@ -146,7 +148,11 @@ struct PagedWorld {
   std::vector<int64_t> decoders;
   int64_t last = -1;  // the 32nd sequence (decode-only entries)
 
-  PagedWorld(DType dtype, int64_t block_tokens) {
+  // grown: each sequence's history as a server builds it — its first half (the prompt, whole
+  // 256-token chunks) in chunks interleaved across the sequences, then the rest a token at a time,
+  // round robin (generation: every sequence takes its next block while the others take theirs).
+  // Otherwise in interleaved 512-token pieces.
+  PagedWorld(DType dtype, int64_t block_tokens, bool grown) {
     const Trace& t = Trace::get();
     int64_t blocks = 0;
     auto blocks_for = [&](int64_t n) { return (n + block_tokens - 1) / block_tokens; };
@@ -157,21 +163,32 @@ struct PagedWorld {
       prompt_blocks = std::max(prompt_blocks, blocks_for(s.start + kChunk));  // upper bound per prompt
     blocks += static_cast<int64_t>(t.prompts.size()) * prompt_blocks;
     cache = std::make_unique<PagedKVCache>(PagedKVCacheConfig{kHkv, kD, blocks, block_tokens, dtype});
-    // Prefilled in interleaved pieces, as a server's sequences grow side by side.
     for (int64_t i = 0; i < kDecoders; ++i) decoders.push_back(cache->create_sequence());
     last = cache->create_sequence();
-    for (int64_t done = 0; done < kMaxLen; done += 512)
-      for (int64_t i = 0; i <= kDecoders; ++i) {
-        const int64_t seq = i < kDecoders ? decoders[static_cast<size_t>(i)] : last;
-        const int64_t len = i < kDecoders ? t.lengths[static_cast<size_t>(i)] : t.last_length;
-        const int64_t n = std::min<int64_t>(512, len - done);
-        if (n > 0) cache->append(seq, source_view(done, n), source_view(done, n));
+    auto seq_of = [&](int64_t i) { return i < kDecoders ? decoders[static_cast<size_t>(i)] : last; };
+    auto length_of = [&](int64_t i) { return i < kDecoders ? t.lengths[static_cast<size_t>(i)] : t.last_length; };
+    auto fill = [&](int64_t piece, auto until) {  // round robin, `piece` tokens per turn, up to until(i)
+      for (bool more = true; more;) {
+        more = false;
+        for (int64_t i = 0; i <= kDecoders; ++i) {
+          const int64_t done = cache->length(seq_of(i)), n = std::min<int64_t>(piece, until(i) - done);
+          if (n <= 0) continue;
+          cache->append(seq_of(i), source_view(done, n), source_view(done, n));
+          more = true;
+        }
       }
+    };
+    if (grown) {
+      fill(kChunk, [&](int64_t i) { return length_of(i) / 2 / kChunk * kChunk; });
+      fill(1, length_of);
+    } else {
+      fill(512, length_of);
+    }
   }
-  static PagedWorld& get(DType dtype, int64_t block_tokens = kBlockTokens) {
-    static std::map<std::pair<DType, int64_t>, std::unique_ptr<PagedWorld>> worlds;
-    auto& w = worlds[{dtype, block_tokens}];
-    if (!w) w = std::make_unique<PagedWorld>(dtype, block_tokens);
+  static PagedWorld& get(DType dtype, int64_t block_tokens = kBlockTokens, bool grown = false) {
+    static std::map<std::tuple<DType, int64_t, bool>, std::unique_ptr<PagedWorld>> worlds;
+    auto& w = worlds[{dtype, block_tokens, grown}];
+    if (!w) w = std::make_unique<PagedWorld>(dtype, block_tokens, grown);
     return *w;
   }
 };
@@ -465,8 +482,8 @@ double seconds_of(auto&& f) {
 // moving between entries. (stream_pct compares each with a read of its own storage, and the two
 // storages read at different speeds: the paged pool is compact, the slots leave each slot's unused
 // capacity between sequences.)
-void bm_paged_decode(benchmark::State& state, int64_t block_tokens) {
-  PagedWorld& w = PagedWorld::get(DType::f32, block_tokens);
+void bm_paged_decode(benchmark::State& state, int64_t block_tokens, bool grown = false) {
+  PagedWorld& w = PagedWorld::get(DType::f32, block_tokens, grown);
   StepData& d = StepData::get();
   std::vector<SequenceChunk> chunks;
   for (int64_t seq : w.decoders) chunks.push_back({seq, 1});
@@ -526,6 +543,9 @@ void register_serve_benchmarks() {
   auto reg_decode = [](const char* name, auto fn) { register_entry(name, fn); };
   reg_decode("serve/paged-f32-decode", [](benchmark::State& s) { bm_paged_decode(s, kBlockTokens); });
   reg_decode("serve/slots-f32-decode", [](benchmark::State& s) { bm_slots_decode(s); });
+  // The same sequences with histories grown as a server grows them (PagedWorld's `grown`).
+  reg_decode("serve/paged-f32-decode-grown",
+             [](benchmark::State& s) { bm_paged_decode(s, kBlockTokens, /*grown=*/true); });
   // The same decode step over pools of larger blocks: what the block size costs in bandwidth.
   for (int64_t bt : {64, 128, 256})
     reg_decode(("serve/paged-f32-decode-b" + std::to_string(bt)).c_str(),
@@ -584,6 +604,8 @@ void print_serve_summary(const SummaryReporter& rep, FILE* out) {
       if (const auto* e = rep.find("serve/paged-f32-decode-b" + std::to_string(bt)))
         std::fprintf(out, "; %lld: %.1f%% (%.2f)", static_cast<long long>(bt), e->stream_pct,
                      e->stream_pct / sd->stream_pct);
+    if (const auto* e = rep.find("serve/paged-f32-decode-grown"))
+      std::fprintf(out, "; grown a token at a time: %.1f%% (%.2f)", e->stream_pct, e->stream_pct / sd->stream_pct);
     std::fprintf(out, "\n");
   }
   if (pd && pd->counter("slots_paired") > 0) {
@@ -595,6 +617,8 @@ void print_serve_summary(const SummaryReporter& rep, FILE* out) {
     for (int64_t bt : {64, 128, 256})
       if (const auto* e = rep.find("serve/paged-f32-decode-b" + std::to_string(bt)))
         std::fprintf(out, "; %lld: %.3f", static_cast<long long>(bt), e->counter("slots_paired"));
+    if (const auto* e = rep.find("serve/paged-f32-decode-grown"))
+      std::fprintf(out, "; grown a token at a time: %.3f", e->counter("slots_paired"));
     std::fprintf(out, "\n");
   }
 }
