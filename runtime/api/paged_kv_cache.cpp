@@ -101,7 +101,7 @@ class FreeBlocks {
         start = -1;
       }
     }
-    if (start >= 0) f(start, words * 64);  // (only when the last word is all free: the pool's end)
+    if (start >= 0) f(start, words * 64);  // (a run through the last word's top bit: num_blocks a multiple of 64)
   }
   uint64_t word(int64_t b) const { return words_[static_cast<size_t>(b / 64)]; }
   std::vector<uint64_t> words_;
