@@ -11,9 +11,9 @@
 //                                      dense f32 cache per sequence
 //   serve/paged-f32-decode, serve/slots-f32-decode
 //                                      one decode step of all 32 sequences, paired with a plain
-//                                      read of their K/V bytes (stream_pct); paged-f32-decode also
-//                                      with the slot cache's step run right before each of its
-//                                      steps (slots_paired: slot time / paged time)
+//                                      read of their K/V bytes (stream_pct); the paged-f32-decode*
+//                                      entries also with the slot cache's step run right before
+//                                      each of their steps (slots_paired: slot time / paged time)
 //   serve/paged-f32-decode-grown       the same step over histories grown as a server grows them:
 //                                      prompt chunks, then a token at a time side by side
 // Counters: tokens_per_s (new tokens of the trace per second), pool_MiB / slots_MiB (the cache's
