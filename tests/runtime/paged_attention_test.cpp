@@ -522,12 +522,12 @@ TEST(PagedKVCache, GrowingSequencesKeepRoomToGrow) {
   std::vector<int32_t> expect_a = ascending(0, 33);
   expect_a.push_back(118);
   EXPECT_EQ(PagedKVCacheAccess::block_table(cache, a), expect_a);
-  // No run with room left (the rest is 32-block gaps at most after someone's last block): blocks
-  // come from the lowest runs, and every one of them can be taken.
+  // [119, 160) still has room past a's 118: d starts at 119 + 32.
   const int64_t d = cache.create_sequence();
   append_random(cache, hist, rng, d, 16);
   EXPECT_EQ(PagedKVCacheAccess::block_table(cache, d), std::vector<int32_t>{151});
-
+  // Filling the pool: once no run has the room, blocks come from the lowest runs, and every one of
+  // them can be taken.
   while (cache.free_blocks() > 0) {
     append_random(cache, hist, rng, a, 16);
     if (cache.free_blocks() > 0) append_random(cache, hist, rng, b, 16);
