@@ -42,6 +42,9 @@ struct Schedule {
   // one key range of one (entry, kv head) with all its rows (decode), and when pack heads keep K/V
   // packed (bf16 math), so each thread packs its own heads instead of both packing every head.
   bool runs = false;
+  // The first item of the entries that stream their K/V once (one row block: decodes), scheduled
+  // after the others (prompt chunks); the item count when there are none.
+  int64_t stream_item = 0;
 };
 
 int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
@@ -115,16 +118,20 @@ Schedule& schedule_for(const Problem& pr, const kernels::KernelTable& table) {
   }
   for (size_t i = 0; i < n; ++i) s.order[i] = i;
   if (pr.plan_each_entry) {
-    // Heaviest entries first (a prompt chunk before the decodes), so the dynamic schedule ends on
-    // small items (decode in runs: each run ends on its smallest, and a thread done with its own
-    // takes the smallest left, from a run's back). Only the schedule changes: no entry's work is
-    // split differently.
+    // The entries of several row blocks (prompt chunks) before those that stream their K/V once
+    // (one row block: decodes; Schedule::stream_item), each kind heaviest first, so a schedule ends
+    // on small items (in runs: each run ends on its smallest, and a thread done with its own takes
+    // the smallest left, from a run's back). Only the schedule changes: no entry's work is split
+    // differently.
     const auto cost = [&](size_t i) {
       return pr.entries[i].num_queries * std::max<int64_t>(1, pr.entries[i].num_keys);
     };
+    const auto streams = [&](size_t i) { return s.plans[i].row_blocks == 1; };
     // (std::sort with the index as tie-break: stable, and unlike std::stable_sort it never allocates)
-    std::sort(s.order.begin(), s.order.end(),
-              [&](size_t a, size_t b) { return cost(a) != cost(b) ? cost(a) > cost(b) : a < b; });
+    std::sort(s.order.begin(), s.order.end(), [&](size_t a, size_t b) {
+      if (streams(a) != streams(b)) return streams(b);
+      return cost(a) != cost(b) ? cost(a) > cost(b) : a < b;
+    });
   }
   s.partial_floats = 0;
   s.stride = 0;
@@ -137,6 +144,12 @@ Schedule& schedule_for(const Problem& pr, const kernels::KernelTable& table) {
     s.stride = std::max(s.stride, thread_stride(p));
   }
   s.first_item[n] = items;
+  s.stream_item = items;
+  for (size_t at = 0; at < n; ++at)
+    if (pr.entries[s.order[at]].num_queries > 0 && s.plans[s.order[at]].row_blocks == 1) {
+      s.stream_item = s.first_item[at];
+      break;
+    }
   s.runs = std::all_of(s.order.begin(), s.order.end(),
                        [&](size_t i) { return pr.entries[i].num_queries == 0 || s.plans[i].row_blocks == 1; });
   int64_t pairs = 0;
@@ -344,7 +357,18 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
   // 1024 keys) 81.9/83.3/82.4 → 87.0/84.4/84.7%, D3 (64 heads) 85.3/84.2/84.6 → 86.4/85.9/86.3%,
   // bf16 D2 74.7/74.0/75.5 → 77.7/77.8/78.4%, i8 D2 70.4/69.7/68.8 → 72.3/71.6/72.7%, sdpa D3
   // 80.7/81.4/82.0 → 82.6/83.0/82.5%; the one-row shapes (D1, D4) within noise (session 36).
-  if (s.runs)
+  //
+  // A prompt chunk beside decodes (paged_attention's mixed step): the chunk's items and the
+  // decodes' start on separate threads, so one thread's compute overlaps the other's stream instead
+  // of both threads computing and then both streaming. Zen 5, 2 threads, 31 decodes of 1536 keys
+  // + a 256-token chunk after 1024 (Llama-3-8B's attention), in one process alternated per call,
+  // median µs: 21067–21469 → 20827–21218; 31 × 4096 + a chunk after 512: 25275 → 24744. (Small:
+  // a core reads about half of what two do here.) attend-bench alternated, 4 rounds: a mixed step
+  // over the chunk alone plus the decodes alone 1.018–1.028 → 1.000–1.013; serve/paged-f32 against
+  // the slot cache back to back 0.950–0.993 → 0.968–1.007.
+  if (s.stream_item > 0 && s.stream_item < items)
+    parallel::parallel_for_groups(items, s.stream_item, nthreads, run_item);
+  else if (s.runs)
     parallel::parallel_for_runs(items, nthreads, run_item);
   else
     parallel::parallel_for(items, nthreads, run_item);

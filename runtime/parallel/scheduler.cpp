@@ -4,6 +4,7 @@
 #include <omp.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <exception>
@@ -88,12 +89,18 @@ int64_t take(Run& run, bool back) {
   }
 }
 
-// parallel_for_runs on 2..kMaxRuns threads.
-void run_in_runs(int64_t count, int threads, ItemFn body) {
+// parallel_for_runs / parallel_for_groups on 2..kMaxRuns threads: the items [0, head) in runs over
+// threads [0, head_threads), the rest over the others.
+void run_in_runs(int64_t count, int threads, ItemFn body, int64_t head, int head_threads) {
   Run runs[kMaxRuns];
-  for (int t = 0; t < threads; ++t)
-    runs[t].span.store(pack_span(uint64_t(count * t / threads), uint64_t(count * (t + 1) / threads)),
+  const int tail_threads = threads - head_threads;
+  for (int t = 0; t < threads; ++t) {
+    const bool first = t < head_threads;
+    const int64_t lo = first ? 0 : head, n = first ? head : count - head;
+    const int64_t u = first ? t : t - head_threads, of = first ? head_threads : tail_threads;
+    runs[t].span.store(pack_span(uint64_t(lo + n * u / of), uint64_t(lo + n * (u + 1) / of)),
                        std::memory_order_relaxed);
+  }
   FirstError first;
 #pragma omp parallel num_threads(threads)
   {
@@ -128,9 +135,25 @@ void run_in_runs(int64_t count, int threads, ItemFn body) {
 void parallel_for_runs(int64_t count, int threads, ItemFn body) {
   if (threads > count) threads = static_cast<int>(count);
 #if defined(ATTEND_HAVE_OPENMP)
-  if (threads >= 2 && threads <= kMaxRuns && count <= int64_t(kHalf)) return run_in_runs(count, threads, body);
+  if (threads >= 2 && threads <= kMaxRuns && count <= int64_t(kHalf))
+    return run_in_runs(count, threads, body, count, threads);
 #endif
   parallel_for(count, threads, body);  // (one thread, more than kMaxRuns, or no OpenMP)
+}
+
+void parallel_for_groups(int64_t count, int64_t head, int threads, ItemFn body) {
+  if (head <= 0 || head >= count) return parallel_for_runs(count, threads, body);
+  if (threads > count) threads = static_cast<int>(count);
+#if defined(ATTEND_HAVE_OPENMP)
+  if (threads >= 2 && threads <= kMaxRuns && count <= int64_t(kHalf)) {
+    // (each group has at least one item, and at most as many threads as items)
+    int tail_threads = static_cast<int>(std::min<int64_t>(threads / 2, count - head));
+    int head_threads = static_cast<int>(std::min<int64_t>(threads - tail_threads, head));
+    tail_threads = static_cast<int>(std::min<int64_t>(threads - head_threads, count - head));
+    return run_in_runs(count, head_threads + tail_threads, body, head, head_threads);
+  }
+#endif
+  parallel_for(count, threads, body);
 }
 
 }  // namespace attend::parallel

@@ -36,4 +36,12 @@ void parallel_for(int64_t count, int threads, ItemFn body);
 /// Which thread runs an item changes nothing else (items are split by shape only).
 void parallel_for_runs(int64_t count, int threads, ItemFn body);
 
+/// Two groups of items side by side: [0, head) in runs over threads - threads/2 of the threads, and
+/// [head, count) in runs over the other threads/2 (each group on at most as many threads as it has
+/// items); a thread whose run is done takes from the back of the run with the most items left, in
+/// either group. For a compute-bound group beside a bandwidth-bound one (a prompt chunk beside
+/// decodes): one thread streaming reads much of what two do, so the groups overlap. head 0 or
+/// count: parallel_for_runs.
+void parallel_for_groups(int64_t count, int64_t head, int threads, ItemFn body);
+
 }  // namespace attend::parallel

@@ -6,8 +6,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "../../runtime/parallel/scheduler.hpp"
@@ -111,6 +113,66 @@ TEST(Scheduler, RunsRethrowTheFirstError) {
       if (item == 5) throw std::runtime_error("item 5");
     };
     EXPECT_THROW(parallel_for_runs(9, threads, body), std::runtime_error) << threads;
+  }
+}
+
+// parallel_for_groups: [0, head) over threads - threads/2 threads and [head, count) over the rest,
+// each in runs. Every item runs once, whatever the split.
+TEST(Scheduler, GroupsTakeEveryItemOnce) {
+  for (int threads : {1, 2, 3, 5, 16})
+    for (int64_t count : {0, 1, 2, 3, 7, 17, 513})
+      for (int64_t head : {int64_t{0}, int64_t{1}, count / 3, count - 1, count}) {
+        if (head < 0 || head > count) continue;
+        std::vector<std::atomic<int>> times(static_cast<size_t>(count));
+        auto body = [&](int64_t item, int thread) {
+          EXPECT_GE(thread, 0);
+          EXPECT_LT(thread, threads);
+          times[static_cast<size_t>(item)].fetch_add(1);
+        };
+        parallel_for_groups(count, head, threads, body);
+        for (int64_t i = 0; i < count; ++i)
+          EXPECT_EQ(times[static_cast<size_t>(i)].load(), 1) << count << " " << head << " " << threads;
+      }
+}
+
+// Each group starts on threads of its own: with every thread held at its first item until all have
+// one, the first items are the fronts of the runs, the head group's from 0 and the tail group's
+// from `head` (a shared schedule would start every thread in the head group).
+TEST(Scheduler, GroupsStartOnThreadsOfTheirOwn) {
+  for (int threads : {2, 3, 4})
+    for (int64_t count : {8, 64, 513})
+      for (int64_t head : {int64_t{1}, count / 4, count - 1}) {
+        // (a group takes at most as many threads as it has items; the other group the rest)
+        int tail_threads = static_cast<int>(std::min<int64_t>(threads / 2, count - head));
+        const int head_threads = static_cast<int>(std::min<int64_t>(threads - tail_threads, head));
+        tail_threads = static_cast<int>(std::min<int64_t>(threads - head_threads, count - head));
+        const int used = head_threads + tail_threads;
+        std::vector<int64_t> first(static_cast<size_t>(used), -1);
+        std::atomic<int> started{0};
+        auto body = [&](int64_t item, int thread) {
+          if (first[static_cast<size_t>(thread)] >= 0) return;
+          first[static_cast<size_t>(thread)] = item;
+          started.fetch_add(1);
+          const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+          while (started.load() < used && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+        };
+        parallel_for_groups(count, head, threads, body);
+        ASSERT_EQ(started.load(), used) << "a thread never started";
+        std::vector<int64_t> expect;
+        for (int t = 0; t < head_threads; ++t) expect.push_back(head * t / head_threads);
+        for (int t = 0; t < tail_threads; ++t) expect.push_back(head + (count - head) * t / tail_threads);
+        std::sort(first.begin(), first.end());
+        EXPECT_EQ(first, expect) << count << " items, head " << head << ", " << threads << " threads";
+      }
+}
+
+TEST(Scheduler, GroupsRethrowTheFirstError) {
+  for (int threads : {1, 2, 3}) {
+    auto body = [&](int64_t item, int) {
+      if (item == 5) throw std::runtime_error("item 5");
+    };
+    EXPECT_THROW(parallel_for_groups(9, 3, threads, body), std::runtime_error) << threads;
+    EXPECT_THROW(parallel_for_groups(9, 6, threads, body), std::runtime_error) << threads;
   }
 }
 
