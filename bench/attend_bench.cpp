@@ -501,6 +501,14 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&n, args.data());
   if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
 
+  // Settings every attention call would reject (ATTEND_ISA, ATTEND_DECODE_*): say so before timing.
+  try {
+    attend::active_isa();
+    attend::decode_tuning();
+  } catch (const attend::Error& e) {
+    std::fprintf(stderr, "attend-bench: %s\n", e.what());
+    return 1;
+  }
   const int threads = omp_get_max_threads();
   const double peak = measure_fma_peak_gflops(threads);
   benchmark::AddCustomContext("cpu_model", attend::cpu_model());
@@ -525,6 +533,14 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("fpmath_bf16", attend::bf16_math_amx()      ? "amx"
                                              : attend::bf16_math_native() ? "vdpbf16ps"
                                                                           : "f32");
+  // The decode requests' rules this run applied (a machine class's, or the environment's).
+  {
+    const attend::DecodeTuning t = attend::decode_tuning();
+    benchmark::AddCustomContext("decode_tuning", t.rules + (t.rules_from_environment ? " (ATTEND_DECODE_TUNING)" : ""));
+    benchmark::AddCustomContext("decode_l2_ahead_bytes", std::to_string(t.l2_ahead_bytes));
+    benchmark::AddCustomContext("decode_l2_page_starts", t.l2_page_starts ? "1" : "0");
+    if (!t.overrides.empty()) benchmark::AddCustomContext("decode_overrides", t.overrides);
+  }
   // What the cache/ and layer/ entries store and read, so collected results say it themselves.
   benchmark::AddCustomContext(
       "kv_cache_layout",

@@ -139,6 +139,22 @@ int main(int argc, char** argv) {
                                       ? "attend gemv, vdpbf16ps, 1-4 rows (ATTEND_BF16_GEMV=0: oneDNN)"
                                   : bf16_tier ? "oneDNN matmul (ATTEND_BF16_GEMV=0)"
                                               : "oneDNN matmul";
+  // The decode requests' rules (runtime/dispatch/registry.cpp): whose, and what they set.
+  attend::DecodeTuning tuning;
+  try {
+    tuning = attend::decode_tuning();
+  } catch (const attend::Error& e) {
+    std::fprintf(stderr, "attend-info: %s\n", e.what());
+    return 1;
+  }
+  std::string decode_rules =
+      tuning.rules + (tuning.rules_from_environment ? " (ATTEND_DECODE_TUNING)" : " (cpu class)");
+  if (tuning.l2_ahead_bytes > 0)
+    decode_rules += ": L2 requests " + std::to_string(tuning.l2_ahead_bytes / 1024) + " KiB ahead, " +
+                    (tuning.l2_page_starts ? "one line per 4 KiB page" : "every line");
+  else
+    decode_rules += ": no L2 requests";
+  if (!tuning.overrides.empty()) decode_rules += " (set by " + tuning.overrides + ")";
   const std::string model = attend::cpu_model();
   const attend::CpuClass cls = attend::cpu_class();
   // "Zen 4 (AuthenticAMD family 25 model 17): AVX-512 in two 256-bit halves"
@@ -172,13 +188,17 @@ int main(int argc, char** argv) {
         "\"isa_active\":\"%s\",\"cache_l1d\":\"%s\",\"cache_l2\":\"%s\",\"cache_l3\":\"%s\",\"omp_threads\":%d,"
         "\"onednn_version\":\"%s\",\"onednn_isa\":\"%s\",\"fpmath_bf16\":\"%s\",\"i8_decode\":\"%s\","
         "\"bf16_decode_projections\":\"%s\","
+        "\"decode_tuning\":\"%s\",\"decode_tuning_from_environment\":%s,\"decode_l2_ahead_bytes\":%lld,"
+        "\"decode_l2_page_starts\":%s,\"decode_overrides\":\"%s\","
         "\"numa_source\":\"%s\","
         "\"numa_nodes\":%s}\n",
         ATTEND_VERSION_STRING, escape(model).c_str(), escape(cls.name).c_str(), escape(cls.vendor).c_str(), cls.family,
         cls.model, cls.avx512_bits, json_list(attend::compiled_isas()).c_str(),
         json_list(attend::supported_isas()).c_str(), active.c_str(), l1d.c_str(), l2.c_str(), l3.c_str(),
         omp_get_max_threads(), onednn.c_str(), onednn_isa.c_str(), bf16_math.c_str(), i8_decode.c_str(),
-        bf16_decode.c_str(), numa_source.c_str(), numa_json.c_str());
+        bf16_decode.c_str(), tuning.rules.c_str(), tuning.rules_from_environment ? "true" : "false",
+        static_cast<long long>(tuning.l2_ahead_bytes), tuning.l2_page_starts ? "true" : "false",
+        tuning.overrides.c_str(), numa_source.c_str(), numa_json.c_str());
   } else {
     std::printf("attend %s\n", ATTEND_VERSION_STRING);
     std::printf("cpu            %s\n", model.c_str());
@@ -189,6 +209,7 @@ int main(int argc, char** argv) {
     std::printf("fpmath bf16    %s\n", bf16_math.c_str());
     std::printf("i8 decode      %s\n", i8_decode.c_str());
     std::printf("bf16 decode    %s\n", bf16_decode.c_str());
+    std::printf("decode rules   %s (ATTEND_DECODE_TUNING=zen4|zen5|amx_xeon|none)\n", decode_rules.c_str());
     std::printf("caches         L1d %s, L2 %s, L3 %s\n", l1d.c_str(), l2.c_str(), l3.c_str());
     std::printf("omp threads    %d\n", omp_get_max_threads());
     std::printf("onednn         %s (isa %s)\n", onednn.c_str(), onednn_isa.c_str());

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <attend/export.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,28 @@ struct CpuClass {
 
 /// Detected once; never throws.
 ATTEND_API CpuClass cpu_class();
+
+/// The memory requests decode issues on this machine: which machine class's measured rules apply
+/// (docs/performance.md) and what they set. A fleet collecting results across CPU classes records
+/// it beside them (attend-info, attend-bench's context).
+struct DecodeTuning {
+  /// "zen4", "zen5", "amx_xeon" or "none" (no class-specific requests)
+  std::string rules;
+  /// ATTEND_DECODE_TUNING chose `rules` (else this machine's CPU class did)
+  bool rules_from_environment = false;
+  /// How far ahead K and V are requested into L2 (0: not at all); ATTEND_DECODE_L2_AHEAD overrides
+  int64_t l2_ahead_bytes = 0;
+  /// Those requests take one line of each 4 KiB page (else every line); ATTEND_DECODE_L2_PAGES
+  /// overrides
+  bool l2_page_starts = false;
+  /// Which overrides were set: "ATTEND_DECODE_L2_AHEAD", "ATTEND_DECODE_L2_PAGES", joined by
+  /// ", "; empty when none
+  std::string overrides;
+};
+
+/// Read once. Throws attend::Error (invalid_argument) when an ATTEND_DECODE_* variable holds an
+/// invalid value, as every attention call then does.
+ATTEND_API DecodeTuning decode_tuning();
 
 /// The oneDNN library the layer's projections run on: its version ("2.6.3") and the ISA it
 /// dispatches to on this machine ("avx512_core_bf16", "avx2", …).

@@ -118,6 +118,7 @@ struct EnvDecode {
   Tuning tuning = Tuning::none;
   int64_t bytes = 0;
   bool pages = false;
+  bool tuning_set = false, bytes_set = false, pages_set = false;  // by the environment
   std::string error;
 };
 
@@ -140,6 +141,13 @@ const EnvDecode& env_decode() {
     e.bytes = e.tuning == Tuning::zen4 || e.tuning == Tuning::amx_xeon ? 24576 : e.tuning == Tuning::zen5 ? 65536 : 0;
     e.pages = e.tuning == Tuning::zen5;
     env_choice<bool>("ATTEND_DECODE_L2_PAGES", {{"0", false}, {"1", true}}, e.pages, e.error);
+    const auto set = [](const char* name) {
+      const char* v = std::getenv(name);
+      return v && *v;
+    };
+    e.tuning_set = set("ATTEND_DECODE_TUNING");
+    e.pages_set = set("ATTEND_DECODE_L2_PAGES");
+    e.bytes_set = set("ATTEND_DECODE_L2_AHEAD");
     const char* env = std::getenv("ATTEND_DECODE_L2_AHEAD");
     if (!env || !*env || !e.error.empty()) return e;
     const std::string v = env;
@@ -291,6 +299,22 @@ bool bf16_math_native(Isa isa) { return dispatch::bf16_math_runs(isa, dispatch::
 bool bf16_math_amx(Isa isa) { return bf16_math_native(isa) && dispatch::amx_bf16_math(); }
 
 std::string cpu_model() { return dispatch::cpu_features().model; }
+
+DecodeTuning decode_tuning() {
+  const dispatch::EnvDecode& e = dispatch::env_decode();
+  if (!e.error.empty()) throw Error(ErrorCode::invalid_argument, e.error);
+  DecodeTuning t;
+  t.rules = e.tuning == dispatch::Tuning::zen4       ? "zen4"
+            : e.tuning == dispatch::Tuning::zen5     ? "zen5"
+            : e.tuning == dispatch::Tuning::amx_xeon ? "amx_xeon"
+                                                     : "none";
+  t.rules_from_environment = e.tuning_set;
+  t.l2_ahead_bytes = e.bytes;
+  t.l2_page_starts = e.pages;
+  if (e.bytes_set) t.overrides = "ATTEND_DECODE_L2_AHEAD";
+  if (e.pages_set) t.overrides += std::string(t.overrides.empty() ? "" : ", ") + "ATTEND_DECODE_L2_PAGES";
+  return t;
+}
 
 CpuClass cpu_class() {
   const dispatch::CpuFeatures& f = dispatch::cpu_features();

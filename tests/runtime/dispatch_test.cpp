@@ -140,6 +140,13 @@ TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
   const bool pages = tuning == "zen5";
   EXPECT_EQ(dispatch::decode_l2_ahead_bytes(), l2 ? 24576 : pages ? 65536 : 0);
   EXPECT_EQ(dispatch::decode_l2_pages(), pages);
+  // What the public report (attend-info, attend-bench's context) says.
+  const DecodeTuning told = decode_tuning();
+  EXPECT_EQ(told.rules, tuning);
+  EXPECT_EQ(told.rules_from_environment, std::getenv("ATTEND_DECODE_TUNING") != nullptr);
+  EXPECT_EQ(told.l2_ahead_bytes, dispatch::decode_l2_ahead_bytes());
+  EXPECT_EQ(told.l2_page_starts, pages);
+  EXPECT_EQ(told.overrides, "");
   using kernels::KvType;
   if (pages) {
     for (bool blocked : {false, true}) {
@@ -196,6 +203,13 @@ TEST(Dispatch, InvalidDecodeSettingThrowsAndChangesNothing) {
                    TensorView::dense(q.data(), {1, 4, 1, D}), TensorView::dense(k.data(), {1, 1, 1, D}),
                    TensorView::dense(v.data(), {1, 1, 1, D}), TensorView::dense(o.data(), {1, 4, 1, D})),
                Error);
+  try {
+    decode_tuning();
+    ADD_FAILURE() << "decode_tuning accepted " << name;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+  }
 }
 
 // ATTEND_AMX accepts 0 and 1 only: anything else fails every call (a typo must not silently pick a

@@ -379,12 +379,37 @@ TEST(AttendInfo, HelpAndJson) {
       EXPECT_TRUE(size.size() > 1 && size.back() == 'K') << key << " " << size;
     }
   }
+  // The decode requests' rules, as the library applies them.
+  if (!std::getenv("ATTEND_DECODE_TUNING") && !std::getenv("ATTEND_DECODE_L2_AHEAD") &&
+      !std::getenv("ATTEND_DECODE_L2_PAGES")) {
+    const DecodeTuning t = decode_tuning();
+    EXPECT_EQ(info.at("decode_tuning").get<std::string>(), t.rules);
+    EXPECT_EQ(info.at("decode_l2_ahead_bytes").get<int64_t>(), t.l2_ahead_bytes);
+    EXPECT_EQ(info.at("decode_l2_page_starts").get<bool>(), t.l2_page_starts);
+    EXPECT_FALSE(info.at("decode_tuning_from_environment").get<bool>());
+    rc = std::system(
+        ("ATTEND_DECODE_TUNING=zen4 ATTEND_DECODE_L2_AHEAD=8192 " + std::string(ATTEND_INFO_PATH) + " --json >" + out)
+            .c_str());
+    EXPECT_EQ(WEXITSTATUS(rc), 0);
+    const nlohmann::json set = nlohmann::json::parse(std::ifstream(out));
+    EXPECT_EQ(set.at("decode_tuning").get<std::string>(), "zen4");
+    EXPECT_TRUE(set.at("decode_tuning_from_environment").get<bool>());
+    EXPECT_EQ(set.at("decode_l2_ahead_bytes").get<int64_t>(), 8192);
+    EXPECT_FALSE(set.at("decode_l2_page_starts").get<bool>());
+    EXPECT_EQ(set.at("decode_overrides").get<std::string>(), "ATTEND_DECODE_L2_AHEAD");
+    // A value no attention call would accept: attend-info says so and fails.
+    rc = std::system(("ATTEND_DECODE_L2_PAGES=yes " + std::string(ATTEND_INFO_PATH) + " >/dev/null 2>" + out).c_str());
+    EXPECT_NE(WEXITSTATUS(rc), 0);
+    text.assign((std::istreambuf_iterator<char>(std::ifstream(out).rdbuf())), {});
+    EXPECT_NE(text.find("ATTEND_DECODE_L2_PAGES"), std::string::npos) << text;
+  }
   rc = std::system((std::string(ATTEND_INFO_PATH) + " >" + out).c_str());
   EXPECT_EQ(WEXITSTATUS(rc), 0);
   text.assign((std::istreambuf_iterator<char>(std::ifstream(out).rdbuf())), {});
   EXPECT_NE(text.find("cpu class      " + (cpu_class().name.empty() ? std::string("unknown") : cpu_class().name)),
             std::string::npos)
       << text;
+  EXPECT_NE(text.find("decode rules   "), std::string::npos) << text;
   rc = std::system((std::string(ATTEND_INFO_PATH) + " --no-such-flag >/dev/null 2>&1").c_str());
   EXPECT_NE(WEXITSTATUS(rc), 0);
   std::filesystem::remove(out);
