@@ -592,6 +592,20 @@ A row whose keys are all masked returns zeros (torch returns NaN there).)");
       "The machine class performance figures are quoted for: {'name': 'Zen 4', 'vendor': 'AuthenticAMD', "
       "'family': 25, 'model': 17, 'avx512_bits': 256} ('' and 0 where unknown).");
   m.def(
+      "decode_tuning",
+      [] {
+        const attend::DecodeTuning t = attend::decode_tuning();
+        py::dict d;
+        d["rules"] = t.rules;
+        d["rules_from_environment"] = t.rules_from_environment;
+        d["l2_ahead_bytes"] = t.l2_ahead_bytes;
+        d["l2_page_starts"] = t.l2_page_starts;
+        d["overrides"] = t.overrides;
+        return d;
+      },
+      "The decode requests' rules in force: {'rules': 'zen5', 'rules_from_environment': False, "
+      "'l2_ahead_bytes': 65536, 'l2_page_starts': True, 'overrides': ''} (attend-info's 'decode rules').");
+  m.def(
       "bf16_math_native", [] { return attend::bf16_math_native(); },
       "Whether fpmath='bf16' runs bf16 kernels (AMX tiles or vdpbf16ps) on this CPU (else it is 'strict').");
   m.def(

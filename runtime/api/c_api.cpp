@@ -248,6 +248,17 @@ attend_status attend_cpu_class(attend_cpu_class_info* info) {
     out.avx512_bits = c.avx512_bits;
   });
 }
+attend_status attend_decode_tuning(attend_decode_tuning_info* info) {
+  return guarded([&] {
+    attend_decode_tuning_info& out = out_param(info, "attend_decode_tuning");
+    const attend::DecodeTuning t = attend::decode_tuning();
+    out = {};
+    std::snprintf(out.rules, sizeof out.rules, "%s", t.rules.c_str());
+    out.rules_from_environment = t.rules_from_environment;
+    out.l2_ahead_bytes = t.l2_ahead_bytes;
+    out.l2_page_starts = t.l2_page_starts;
+  });
+}
 attend_status attend_isa_name(attend_isa i, const char** name) {
   return guarded([&] { out_param(name, "attend_isa_name") = attend::isa_name(isa(raw(i), "attend_isa_name")); });
 }

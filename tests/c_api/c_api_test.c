@@ -450,6 +450,24 @@ int main(void) {
   CHECK(cls.avx512_bits == 0 || cls.avx512_bits == 256 || cls.avx512_bits == 512);
   CHECK(cls.name[0] == 0 || cls.vendor[0] != 0);
   FAILS(attend_cpu_class(NULL), ATTEND_ERROR_INVALID_ARGUMENT, "attend_cpu_class");
+  {
+    attend_decode_tuning_info tuning;
+    memset(&tuning, 0x7f, sizeof tuning);
+    if (getenv("ATTEND_DECODE_L2_AHEAD") || getenv("ATTEND_DECODE_L2_PAGES") || getenv("ATTEND_DECODE_TUNING")) {
+      /* (ctest runs the C API test without them) */
+    } else {
+      OK(attend_decode_tuning(&tuning));
+      CHECK(memchr(tuning.rules, 0, sizeof tuning.rules) != NULL);
+      CHECK(!strcmp(tuning.rules, "zen4") || !strcmp(tuning.rules, "zen5") || !strcmp(tuning.rules, "amx_xeon") ||
+            !strcmp(tuning.rules, "none"));
+      CHECK(tuning.rules_from_environment == 0);
+      /* Each class's distance: 24 KiB (Zen 4, AMX Xeons), 64 KiB page starts (Zen 5), none. */
+      CHECK(!strcmp(tuning.rules, "zen5")   ? tuning.l2_ahead_bytes == 65536 && tuning.l2_page_starts == 1
+            : !strcmp(tuning.rules, "none") ? tuning.l2_ahead_bytes == 0 && tuning.l2_page_starts == 0
+                                            : tuning.l2_ahead_bytes == 24576 && tuning.l2_page_starts == 0);
+    }
+    FAILS(attend_decode_tuning(NULL), ATTEND_ERROR_INVALID_ARGUMENT, "attend_decode_tuning");
+  }
   printf("attend %s, C API, active ISA %s, cpu class %s\n", version, isa, cls.name[0] ? cls.name : "unknown");
   fflush(stdout);
   test_sdpa();

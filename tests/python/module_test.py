@@ -236,6 +236,12 @@ if info is not None:
           info["fpmath_bf16"])
     check("bf16_math_native matches attend-info", attend.bf16_math_native() == (not info["fpmath_bf16"].startswith("f32")),
           info["fpmath_bf16"])
+    # The decode requests' rules, as attend-info says them.
+    tuning = attend.decode_tuning()
+    check("decode_tuning matches attend-info",
+          tuning["rules"] == info["decode_tuning"] and tuning["l2_ahead_bytes"] == info["decode_l2_ahead_bytes"]
+          and tuning["l2_page_starts"] == info["decode_l2_page_starts"]
+          and tuning["rules_from_environment"] == info["decode_tuning_from_environment"], f"{tuning} {info}")
 check("bf16_math_amx implies native", not attend.bf16_math_amx() or attend.bf16_math_native(), "")
 
 if failures:
