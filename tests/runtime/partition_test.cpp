@@ -139,6 +139,17 @@ TEST(Scheduler, GroupsTakeEveryItemOnce) {
 // one, the first items are the fronts of the runs, the head group's from 0 and the tail group's
 // from `head` (a shared schedule would start every thread in the head group).
 TEST(Scheduler, GroupsStartOnThreadsOfTheirOwn) {
+  // A build without OpenMP (ATTEND_OPENMP=OFF) runs every loop on the calling thread: nothing to
+  // check. (Two items, each held until both have started or 2 s passed: two threads here, one there.)
+  std::atomic<int> begun{0}, seen{0};
+  auto probe = [&](int64_t, int thread) {
+    seen.fetch_or(1 << thread);
+    begun.fetch_add(1);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (begun.load() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  };
+  parallel_for_runs(2, 2, probe);
+  if (seen.load() != 3) GTEST_SKIP() << "parallel loops run on one thread in this build";
   for (int threads : {2, 3, 4})
     for (int64_t count : {8, 64, 513})
       for (int64_t head : {int64_t{1}, count / 4, count - 1}) {
