@@ -150,8 +150,10 @@ int main(int argc, char** argv) {
   std::string decode_rules =
       tuning.rules + (tuning.rules_from_environment ? " (ATTEND_DECODE_TUNING)" : " (cpu class)");
   if (tuning.l2_ahead_bytes > 0)
-    decode_rules += ": L2 requests " + std::to_string(tuning.l2_ahead_bytes / 1024) + " KiB ahead, " +
-                    (tuning.l2_page_starts ? "one line per 4 KiB page" : "every line");
+    decode_rules += ": L2 requests " +
+                    (tuning.l2_ahead_bytes % 1024 ? std::to_string(tuning.l2_ahead_bytes) + " bytes"
+                                                  : std::to_string(tuning.l2_ahead_bytes / 1024) + " KiB") +
+                    " ahead, " + (tuning.l2_page_starts ? "one line per 4 KiB page" : "every line");
   else
     decode_rules += ": no L2 requests";
   if (!tuning.overrides.empty()) decode_rules += " (set by " + tuning.overrides + ")";
