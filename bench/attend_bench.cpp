@@ -502,9 +502,10 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;
 
   // Settings every attention call would reject (ATTEND_ISA, ATTEND_DECODE_*): say so before timing.
+  attend::DecodeTuning tuning;
   try {
     attend::active_isa();
-    attend::decode_tuning();
+    tuning = attend::decode_tuning();
   } catch (const attend::Error& e) {
     std::fprintf(stderr, "attend-bench: %s\n", e.what());
     return 1;
@@ -534,13 +535,11 @@ int main(int argc, char** argv) {
                                              : attend::bf16_math_native() ? "vdpbf16ps"
                                                                           : "f32");
   // The decode requests' rules this run applied (a machine class's, or the environment's).
-  {
-    const attend::DecodeTuning t = attend::decode_tuning();
-    benchmark::AddCustomContext("decode_tuning", t.rules + (t.rules_from_environment ? " (ATTEND_DECODE_TUNING)" : ""));
-    benchmark::AddCustomContext("decode_l2_ahead_bytes", std::to_string(t.l2_ahead_bytes));
-    benchmark::AddCustomContext("decode_l2_page_starts", t.l2_page_starts ? "1" : "0");
-    if (!t.overrides.empty()) benchmark::AddCustomContext("decode_overrides", t.overrides);
-  }
+  benchmark::AddCustomContext("decode_tuning",
+                              tuning.rules + (tuning.rules_from_environment ? " (ATTEND_DECODE_TUNING)" : ""));
+  benchmark::AddCustomContext("decode_l2_ahead_bytes", std::to_string(tuning.l2_ahead_bytes));
+  benchmark::AddCustomContext("decode_l2_page_starts", tuning.l2_page_starts ? "1" : "0");
+  if (!tuning.overrides.empty()) benchmark::AddCustomContext("decode_overrides", tuning.overrides);
   // What the cache/ and layer/ entries store and read, so collected results say it themselves.
   benchmark::AddCustomContext(
       "kv_cache_layout",

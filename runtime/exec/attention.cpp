@@ -150,8 +150,7 @@ Schedule& schedule_for(const Problem& pr, const kernels::KernelTable& table) {
       s.stream_item = s.first_item[at];
       break;
     }
-  s.runs = std::all_of(s.order.begin(), s.order.end(),
-                       [&](size_t i) { return pr.entries[i].num_queries == 0 || s.plans[i].row_blocks == 1; });
+  s.runs = s.stream_item == 0;  // every item streams (or there are none)
   int64_t pairs = 0;
   s.pair_at.assign(n, -1);
   for (size_t i = 0; i < n; ++i) {
