@@ -49,18 +49,32 @@ __attribute__((noinline)) __m512i dots1(const char* p, size_t n, int pf1, int pf
   __m512i a2_0 = _mm512_setzero_si512();
   __m512i a3_0 = _mm512_setzero_si512();
   for (size_t i = 0; i < n; i += 256) {
-    if (pf1) { _mm_prefetch(p + i + pf1 + 0, _MM_HINT_T0); _mm_prefetch(p + i + pf1 + 64, _MM_HINT_T0); _mm_prefetch(p + i + pf1 + 128, _MM_HINT_T0); _mm_prefetch(p + i + pf1 + 192, _MM_HINT_T0); }
-    if (pf2) { _mm_prefetch(p + i + pf2 + 0, _MM_HINT_T1); _mm_prefetch(p + i + pf2 + 64, _MM_HINT_T1); _mm_prefetch(p + i + pf2 + 128, _MM_HINT_T1); _mm_prefetch(p + i + pf2 + 192, _MM_HINT_T1); }
-    { const __m512i k = _mm512_load_si512(p + i + 0);
+    if (pf1) {
+      _mm_prefetch(p + i + pf1 + 0, _MM_HINT_T0);
+      _mm_prefetch(p + i + pf1 + 64, _MM_HINT_T0);
+      _mm_prefetch(p + i + pf1 + 128, _MM_HINT_T0);
+      _mm_prefetch(p + i + pf1 + 192, _MM_HINT_T0);
+    }
+    if (pf2) {
+      _mm_prefetch(p + i + pf2 + 0, _MM_HINT_T1);
+      _mm_prefetch(p + i + pf2 + 64, _MM_HINT_T1);
+      _mm_prefetch(p + i + pf2 + 128, _MM_HINT_T1);
+      _mm_prefetch(p + i + pf2 + 192, _MM_HINT_T1);
+    }
+    {
+      const __m512i k = _mm512_load_si512(p + i + 0);
       asm("vpdpbusd %2, %1, %0" : "+v"(a0_0) : "v"(k), "v"(q0));
     }
-    { const __m512i k = _mm512_load_si512(p + i + 64);
+    {
+      const __m512i k = _mm512_load_si512(p + i + 64);
       asm("vpdpbusd %2, %1, %0" : "+v"(a1_0) : "v"(k), "v"(q0));
     }
-    { const __m512i k = _mm512_load_si512(p + i + 128);
+    {
+      const __m512i k = _mm512_load_si512(p + i + 128);
       asm("vpdpbusd %2, %1, %0" : "+v"(a2_0) : "v"(k), "v"(q0));
     }
-    { const __m512i k = _mm512_load_si512(p + i + 192);
+    {
+      const __m512i k = _mm512_load_si512(p + i + 192);
       asm("vpdpbusd %2, %1, %0" : "+v"(a3_0) : "v"(k), "v"(q0));
     }
   }
@@ -83,21 +97,35 @@ __attribute__((noinline)) __m512i dots2(const char* p, size_t n, int pf1, int pf
   __m512i a3_0 = _mm512_setzero_si512();
   __m512i a3_1 = _mm512_setzero_si512();
   for (size_t i = 0; i < n; i += 256) {
-    if (pf1) { _mm_prefetch(p + i + pf1 + 0, _MM_HINT_T0); _mm_prefetch(p + i + pf1 + 64, _MM_HINT_T0); _mm_prefetch(p + i + pf1 + 128, _MM_HINT_T0); _mm_prefetch(p + i + pf1 + 192, _MM_HINT_T0); }
-    if (pf2) { _mm_prefetch(p + i + pf2 + 0, _MM_HINT_T1); _mm_prefetch(p + i + pf2 + 64, _MM_HINT_T1); _mm_prefetch(p + i + pf2 + 128, _MM_HINT_T1); _mm_prefetch(p + i + pf2 + 192, _MM_HINT_T1); }
-    { const __m512i k = _mm512_load_si512(p + i + 0);
+    if (pf1) {
+      _mm_prefetch(p + i + pf1 + 0, _MM_HINT_T0);
+      _mm_prefetch(p + i + pf1 + 64, _MM_HINT_T0);
+      _mm_prefetch(p + i + pf1 + 128, _MM_HINT_T0);
+      _mm_prefetch(p + i + pf1 + 192, _MM_HINT_T0);
+    }
+    if (pf2) {
+      _mm_prefetch(p + i + pf2 + 0, _MM_HINT_T1);
+      _mm_prefetch(p + i + pf2 + 64, _MM_HINT_T1);
+      _mm_prefetch(p + i + pf2 + 128, _MM_HINT_T1);
+      _mm_prefetch(p + i + pf2 + 192, _MM_HINT_T1);
+    }
+    {
+      const __m512i k = _mm512_load_si512(p + i + 0);
       asm("vpdpbusd %2, %1, %0" : "+v"(a0_0) : "v"(k), "v"(q0));
       asm("vpdpbusd %2, %1, %0" : "+v"(a0_1) : "v"(k), "v"(q1));
     }
-    { const __m512i k = _mm512_load_si512(p + i + 64);
+    {
+      const __m512i k = _mm512_load_si512(p + i + 64);
       asm("vpdpbusd %2, %1, %0" : "+v"(a1_0) : "v"(k), "v"(q0));
       asm("vpdpbusd %2, %1, %0" : "+v"(a1_1) : "v"(k), "v"(q1));
     }
-    { const __m512i k = _mm512_load_si512(p + i + 128);
+    {
+      const __m512i k = _mm512_load_si512(p + i + 128);
       asm("vpdpbusd %2, %1, %0" : "+v"(a2_0) : "v"(k), "v"(q0));
       asm("vpdpbusd %2, %1, %0" : "+v"(a2_1) : "v"(k), "v"(q1));
     }
-    { const __m512i k = _mm512_load_si512(p + i + 192);
+    {
+      const __m512i k = _mm512_load_si512(p + i + 192);
       asm("vpdpbusd %2, %1, %0" : "+v"(a3_0) : "v"(k), "v"(q0));
       asm("vpdpbusd %2, %1, %0" : "+v"(a3_1) : "v"(k), "v"(q1));
     }
@@ -135,27 +163,41 @@ __attribute__((noinline)) __m512i dots4(const char* p, size_t n, int pf1, int pf
   __m512i a3_2 = _mm512_setzero_si512();
   __m512i a3_3 = _mm512_setzero_si512();
   for (size_t i = 0; i < n; i += 256) {
-    if (pf1) { _mm_prefetch(p + i + pf1 + 0, _MM_HINT_T0); _mm_prefetch(p + i + pf1 + 64, _MM_HINT_T0); _mm_prefetch(p + i + pf1 + 128, _MM_HINT_T0); _mm_prefetch(p + i + pf1 + 192, _MM_HINT_T0); }
-    if (pf2) { _mm_prefetch(p + i + pf2 + 0, _MM_HINT_T1); _mm_prefetch(p + i + pf2 + 64, _MM_HINT_T1); _mm_prefetch(p + i + pf2 + 128, _MM_HINT_T1); _mm_prefetch(p + i + pf2 + 192, _MM_HINT_T1); }
-    { const __m512i k = _mm512_load_si512(p + i + 0);
+    if (pf1) {
+      _mm_prefetch(p + i + pf1 + 0, _MM_HINT_T0);
+      _mm_prefetch(p + i + pf1 + 64, _MM_HINT_T0);
+      _mm_prefetch(p + i + pf1 + 128, _MM_HINT_T0);
+      _mm_prefetch(p + i + pf1 + 192, _MM_HINT_T0);
+    }
+    if (pf2) {
+      _mm_prefetch(p + i + pf2 + 0, _MM_HINT_T1);
+      _mm_prefetch(p + i + pf2 + 64, _MM_HINT_T1);
+      _mm_prefetch(p + i + pf2 + 128, _MM_HINT_T1);
+      _mm_prefetch(p + i + pf2 + 192, _MM_HINT_T1);
+    }
+    {
+      const __m512i k = _mm512_load_si512(p + i + 0);
       asm("vpdpbusd %2, %1, %0" : "+v"(a0_0) : "v"(k), "v"(q0));
       asm("vpdpbusd %2, %1, %0" : "+v"(a0_1) : "v"(k), "v"(q1));
       asm("vpdpbusd %2, %1, %0" : "+v"(a0_2) : "v"(k), "v"(q2));
       asm("vpdpbusd %2, %1, %0" : "+v"(a0_3) : "v"(k), "v"(q3));
     }
-    { const __m512i k = _mm512_load_si512(p + i + 64);
+    {
+      const __m512i k = _mm512_load_si512(p + i + 64);
       asm("vpdpbusd %2, %1, %0" : "+v"(a1_0) : "v"(k), "v"(q0));
       asm("vpdpbusd %2, %1, %0" : "+v"(a1_1) : "v"(k), "v"(q1));
       asm("vpdpbusd %2, %1, %0" : "+v"(a1_2) : "v"(k), "v"(q2));
       asm("vpdpbusd %2, %1, %0" : "+v"(a1_3) : "v"(k), "v"(q3));
     }
-    { const __m512i k = _mm512_load_si512(p + i + 128);
+    {
+      const __m512i k = _mm512_load_si512(p + i + 128);
       asm("vpdpbusd %2, %1, %0" : "+v"(a2_0) : "v"(k), "v"(q0));
       asm("vpdpbusd %2, %1, %0" : "+v"(a2_1) : "v"(k), "v"(q1));
       asm("vpdpbusd %2, %1, %0" : "+v"(a2_2) : "v"(k), "v"(q2));
       asm("vpdpbusd %2, %1, %0" : "+v"(a2_3) : "v"(k), "v"(q3));
     }
-    { const __m512i k = _mm512_load_si512(p + i + 192);
+    {
+      const __m512i k = _mm512_load_si512(p + i + 192);
       asm("vpdpbusd %2, %1, %0" : "+v"(a3_0) : "v"(k), "v"(q0));
       asm("vpdpbusd %2, %1, %0" : "+v"(a3_1) : "v"(k), "v"(q1));
       asm("vpdpbusd %2, %1, %0" : "+v"(a3_2) : "v"(k), "v"(q2));
@@ -207,9 +249,16 @@ __attribute__((noinline)) __m512i dots8(const char* p, size_t n, int pf1, int pf
   __m512i a1_6 = _mm512_setzero_si512();
   __m512i a1_7 = _mm512_setzero_si512();
   for (size_t i = 0; i < n; i += 128) {
-    if (pf1) { _mm_prefetch(p + i + pf1 + 0, _MM_HINT_T0); _mm_prefetch(p + i + pf1 + 64, _MM_HINT_T0); }
-    if (pf2) { _mm_prefetch(p + i + pf2 + 0, _MM_HINT_T1); _mm_prefetch(p + i + pf2 + 64, _MM_HINT_T1); }
-    { const __m512i k = _mm512_load_si512(p + i + 0);
+    if (pf1) {
+      _mm_prefetch(p + i + pf1 + 0, _MM_HINT_T0);
+      _mm_prefetch(p + i + pf1 + 64, _MM_HINT_T0);
+    }
+    if (pf2) {
+      _mm_prefetch(p + i + pf2 + 0, _MM_HINT_T1);
+      _mm_prefetch(p + i + pf2 + 64, _MM_HINT_T1);
+    }
+    {
+      const __m512i k = _mm512_load_si512(p + i + 0);
       asm("vpdpbusd %2, %1, %0" : "+v"(a0_0) : "v"(k), "v"(q0));
       asm("vpdpbusd %2, %1, %0" : "+v"(a0_1) : "v"(k), "v"(q1));
       asm("vpdpbusd %2, %1, %0" : "+v"(a0_2) : "v"(k), "v"(q2));
@@ -219,7 +268,8 @@ __attribute__((noinline)) __m512i dots8(const char* p, size_t n, int pf1, int pf
       asm("vpdpbusd %2, %1, %0" : "+v"(a0_6) : "v"(k), "v"(q6));
       asm("vpdpbusd %2, %1, %0" : "+v"(a0_7) : "v"(k), "v"(q7));
     }
-    { const __m512i k = _mm512_load_si512(p + i + 64);
+    {
+      const __m512i k = _mm512_load_si512(p + i + 64);
       asm("vpdpbusd %2, %1, %0" : "+v"(a1_0) : "v"(k), "v"(q0));
       asm("vpdpbusd %2, %1, %0" : "+v"(a1_1) : "v"(k), "v"(q1));
       asm("vpdpbusd %2, %1, %0" : "+v"(a1_2) : "v"(k), "v"(q2));
@@ -252,9 +302,10 @@ __attribute__((noinline)) __m512i dots8(const char* p, size_t n, int pf1, int pf
 static __m512i plain(const char* c, size_t n) {
   __m512i a = _mm512_setzero_si512();
   for (size_t i = 0; i < n; i += 256)
-    a = _mm512_xor_si512(_mm512_xor_si512(a, _mm512_load_si512(c + i)),
-                         _mm512_xor_si512(_mm512_load_si512(c + i + 64),
-                                          _mm512_xor_si512(_mm512_load_si512(c + i + 128), _mm512_load_si512(c + i + 192))));
+    a = _mm512_xor_si512(
+        _mm512_xor_si512(a, _mm512_load_si512(c + i)),
+        _mm512_xor_si512(_mm512_load_si512(c + i + 64),
+                         _mm512_xor_si512(_mm512_load_si512(c + i + 128), _mm512_load_si512(c + i + 192))));
   return a;
 }
 int main(int argc, char** argv) {
@@ -282,31 +333,49 @@ int main(int argc, char** argv) {
         const char* p = buf + th * part;
         __m512i r = _mm512_setzero_si512();
         for (int k = 0; k < reps; ++k) {
-        if (mode == 0) r = _mm512_add_epi32(r, plain(p, part));
-        else if (nr == 1) r = _mm512_add_epi32(r, dots1(p, part, pf1, pf2));
-        else if (nr == 2) r = _mm512_add_epi32(r, dots2(p, part, pf1, pf2));
-        else if (nr == 4 && chunk) {
-          // K/V alternation: the part's first half is "K", the second "V", chunk bytes of each in turn.
-          const char* k = p; const char* v = p + part / 2;
-          for (size_t o = 0; o < part / 2; o += chunk) {
-            r = _mm512_add_epi32(r, dots4(k + o, chunk, pf1, pf2));
-            r = _mm512_add_epi32(r, dots4(v + o, chunk, pf1, pf2));
-            if (pause) {  // a compute-only pass between tiles (the softmax's place): `pause` dependent-free FMAs x 8
-              __m512 x0 = _mm512_set1_ps(1.0f), x1 = x0, x2 = x0, x3 = x0, x4 = x0, x5 = x0, x6 = x0, x7 = x0;
-              const __m512 m = _mm512_set1_ps(0.999f), a = _mm512_set1_ps(0.001f);
-              const char* nk = k + o + chunk + beyond;
-              const size_t lines = chunk / 64;
-              for (int it = 0; it < pause; ++it) {
-                if (pfpause && (size_t)it < lines && o + chunk + beyond < part / 2) { if (pfpause == 1) _mm_prefetch(nk + 64 * it, _MM_HINT_T1); else _mm_prefetch(nk + 64 * it, _MM_HINT_T0); }
-                x0 = _mm512_fmadd_ps(x0, m, a); x1 = _mm512_fmadd_ps(x1, m, a); x2 = _mm512_fmadd_ps(x2, m, a); x3 = _mm512_fmadd_ps(x3, m, a);
-                x4 = _mm512_fmadd_ps(x4, m, a); x5 = _mm512_fmadd_ps(x5, m, a); x6 = _mm512_fmadd_ps(x6, m, a); x7 = _mm512_fmadd_ps(x7, m, a);
+          if (mode == 0)
+            r = _mm512_add_epi32(r, plain(p, part));
+          else if (nr == 1)
+            r = _mm512_add_epi32(r, dots1(p, part, pf1, pf2));
+          else if (nr == 2)
+            r = _mm512_add_epi32(r, dots2(p, part, pf1, pf2));
+          else if (nr == 4 && chunk) {
+            // K/V alternation: the part's first half is "K", the second "V", chunk bytes of each in turn.
+            const char* k = p;
+            const char* v = p + part / 2;
+            for (size_t o = 0; o < part / 2; o += chunk) {
+              r = _mm512_add_epi32(r, dots4(k + o, chunk, pf1, pf2));
+              r = _mm512_add_epi32(r, dots4(v + o, chunk, pf1, pf2));
+              if (pause) {  // a compute-only pass between tiles (the softmax's place): `pause` dependent-free FMAs x 8
+                __m512 x0 = _mm512_set1_ps(1.0f), x1 = x0, x2 = x0, x3 = x0, x4 = x0, x5 = x0, x6 = x0, x7 = x0;
+                const __m512 m = _mm512_set1_ps(0.999f), a = _mm512_set1_ps(0.001f);
+                const char* nk = k + o + chunk + beyond;
+                const size_t lines = chunk / 64;
+                for (int it = 0; it < pause; ++it) {
+                  if (pfpause && (size_t)it < lines && o + chunk + beyond < part / 2) {
+                    if (pfpause == 1)
+                      _mm_prefetch(nk + 64 * it, _MM_HINT_T1);
+                    else
+                      _mm_prefetch(nk + 64 * it, _MM_HINT_T0);
+                  }
+                  x0 = _mm512_fmadd_ps(x0, m, a);
+                  x1 = _mm512_fmadd_ps(x1, m, a);
+                  x2 = _mm512_fmadd_ps(x2, m, a);
+                  x3 = _mm512_fmadd_ps(x3, m, a);
+                  x4 = _mm512_fmadd_ps(x4, m, a);
+                  x5 = _mm512_fmadd_ps(x5, m, a);
+                  x6 = _mm512_fmadd_ps(x6, m, a);
+                  x7 = _mm512_fmadd_ps(x7, m, a);
+                }
+                r = _mm512_add_epi32(
+                    r, _mm512_castps_si512(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x0, x1), _mm512_add_ps(x2, x3)),
+                                                         _mm512_add_ps(_mm512_add_ps(x4, x5), _mm512_add_ps(x6, x7)))));
               }
-              r = _mm512_add_epi32(r, _mm512_castps_si512(_mm512_add_ps(_mm512_add_ps(_mm512_add_ps(x0, x1), _mm512_add_ps(x2, x3)), _mm512_add_ps(_mm512_add_ps(x4, x5), _mm512_add_ps(x6, x7)))));
             }
-          }
-        }
-        else if (nr == 4) r = _mm512_add_epi32(r, dots4(p, part, pf1, pf2));
-        else r = _mm512_add_epi32(r, dots8(p, part, pf1, pf2));
+          } else if (nr == 4)
+            r = _mm512_add_epi32(r, dots4(p, part, pf1, pf2));
+          else
+            r = _mm512_add_epi32(r, dots8(p, part, pf1, pf2));
         }
         sink += _mm512_reduce_add_epi32(r);
       }
@@ -316,7 +385,10 @@ int main(int argc, char** argv) {
     gbr.push_back(reps * bytes / t[0] / 1e9);
     gbd.push_back(reps * bytes / t[1] / 1e9);
   }
-  auto med = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; };
+  auto med = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   auto mn = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
   auto mx = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
   printf("NR=%d pf %d/%d: read %.1f GB/s, dots %.1f GB/s, share median %.1f%% (%.1f-%.1f)\n", nr, pf1, pf2, med(gbr),
