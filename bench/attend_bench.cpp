@@ -300,9 +300,7 @@ void bm_attend_term(benchmark::State& state, const NamedShape* ns) {
 void bm_stream(benchmark::State& state, const NamedShape* ns) {
   Workload& w = workload(*ns);
   const Evict kv = evict_kv(w.k, w.v);
-  uint32_t sink = 0;
-  timed_loop(state, &kv, [&] { sink ^= kv.read(); });
-  benchmark::DoNotOptimize(sink);
+  timed_reference_reads(state, kv);
   state.SetBytesProcessed(static_cast<int64_t>(kv_bytes(ns->shape)) * state.iterations());
 }
 
@@ -351,7 +349,8 @@ void print_sdpa_summary(const SummaryReporter& rep, double peak, FILE* out) {
       "(%%peak is of the FMA peak measured at start, %.1f GFLOP/s; %%peak* of a ~3 ms FMA probe run right after "
       "each call, median of the per-call ratios; GB/s for decode counts the K+V bytes read, like stream/read; "
       "%%stream and dnn%%str are attend's and onednn's bandwidth as a share of a plain read of the same bytes "
-      "timed right after each call (median of the per-call ratios); speedup* = attend's paired share over "
+      "timed right after each call (the faster of two read loops, as stream/read: the context's reference_read; "
+      "median of the per-call ratios); speedup* = attend's paired share over "
       "onednn's (%%peak* for prefill, %%stream for decode): the speed-up at equal machine state; bound = "
       "1/dnn%%str is the largest speed-up a kernel reading at 100%% of stream could show)\n",
       peak);
@@ -526,6 +525,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("threads", std::to_string(threads));
   benchmark::AddCustomContext("flush_mib", std::to_string(attend::bench::flush_mib()));
   benchmark::AddCustomContext("eviction", attend::bench::eviction_name());
+  benchmark::AddCustomContext("reference_read", attend::bench::reference_read_name());
   benchmark::AddCustomContext("fma_peak_gflops", std::to_string(peak));
   const double bf16_peak = measure_bf16_peak_gflops(threads);
   benchmark::AddCustomContext("bf16_dot_peak_gflops", std::to_string(bf16_peak));

@@ -161,29 +161,54 @@ void timed_loop_paired(benchmark::State& state, const Evict* evict, Prepare&& pr
   state.counters[counter] = 100.0 * (n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]));
 }
 
-/// Decode (the bytes `evict` names evicted before each call): the limit is `reference`, a plain
-/// read of as many bytes, `evict_reference` naming them, evicted the same way and timed right after
-/// each call. Counter `stream_pct`.
-template <class Prepare, class F, class R>
+/// Decode (the bytes `evict` names evicted before each call): the limit is a plain read of the bytes
+/// `reference` names, timed right after each call: the faster of two read loops, each after its own
+/// eviction (Evict::reference_seconds). Counter `stream_pct`; `read_req_pct`: the share of calls
+/// whose reference was the read with software requests (Evict::read_requested).
+/// Whether the two reference reads of `bytes` see the same words (their XORs agree: neither skips or
+/// overruns a byte); otherwise the entry is reported as an error.
+inline bool reference_reads_agree(benchmark::State& state, const Evict& bytes) {
+  if (bytes.read() == bytes.read_requested()) return true;
+  state.SkipWithError("the two reference reads of the entry's bytes differ (Evict::read_requested)");
+  return false;
+}
+
+template <class Prepare, class F>
 void timed_loop_vs_stream(benchmark::State& state, const Evict& evict, Prepare&& prepare, F&& body,
-                          const Evict& evict_reference, R&& reference) {
+                          const Evict& reference) {
+  if (!reference_reads_agree(state, reference)) return;
+  uint32_t sink = 0;
+  int64_t calls = 0, requested = 0;
   timed_loop_paired(
       state, &evict, prepare, body,
       [&] {
-        evict_reference();
-        const auto t0 = std::chrono::steady_clock::now();
-        reference();
-        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        bool won = false;
+        const double t = reference.reference_seconds(sink, won);
+        ++calls;
+        requested += won;
+        return t;
       },
       "stream_pct");
+  benchmark::DoNotOptimize(sink);
+  if (calls) state.counters["read_req_pct"] = 100.0 * static_cast<double>(requested) / static_cast<double>(calls);
 }
 
 /// The same without a per-iteration `prepare`.
-template <class F, class R>
-void timed_loop_vs_stream(benchmark::State& state, const Evict& evict, F&& body, const Evict& evict_reference,
-                          R&& reference) {
+template <class F>
+void timed_loop_vs_stream(benchmark::State& state, const Evict& evict, F&& body, const Evict& reference) {
   timed_loop_vs_stream(
-      state, evict, [] {}, body, evict_reference, reference);
+      state, evict, [] {}, body, reference);
+}
+
+/// The stream/read entries: each iteration's time is the decode entries' reference for `bytes`
+/// (Evict::reference_seconds: the faster of two plain reads, each after its own eviction).
+inline void timed_reference_reads(benchmark::State& state, const Evict& bytes) {
+  if (!reference_reads_agree(state, bytes)) return;
+  uint32_t sink = 0;
+  bool won = false;
+  bytes.reference_seconds(sink, won);  // untimed warm-up, as timed_loop
+  for (auto _ : state) set_iteration_time(state, bytes.reference_seconds(sink, won));
+  benchmark::DoNotOptimize(sink);
 }
 
 /// Compute-bound calls of `flops` floating-point operations (warm caches): the limit is the FMA
@@ -208,9 +233,7 @@ void timed_loop_vs_peak(benchmark::State& state, double flops, F&& body, bool bf
 /// they lie (`bytes`, Evict::read): a cache's storage, a layer's packed weights.
 template <class Prepare, class F>
 void timed_loop_vs_own_bytes(benchmark::State& state, const Evict& bytes, Prepare&& prepare, F&& body) {
-  uint32_t sink = 0;
-  timed_loop_vs_stream(state, bytes, prepare, body, bytes, [&] { sink ^= bytes.read(); });
-  benchmark::DoNotOptimize(sink);
+  timed_loop_vs_stream(state, bytes, prepare, body, bytes);
 }
 
 /// Times one decode step per iteration on a cache whose `batch` sequences (slots 0…batch−1) hold

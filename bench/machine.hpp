@@ -41,6 +41,17 @@ class Evict {
   /// one of D3's K/V read at 22 GB/s against 31 for D1's in one run on the AMX Xeon, and the caches
   /// then read "above 100%").
   uint32_t read() const;
+  /// The same bytes read in the same order with 512-bit loads (AVX-512; else the compiler's vectors)
+  /// into one XOR chain, each 64-byte line's successors requested 4 KiB ahead into L1 (prefetcht0)
+  /// and 24 KiB ahead into L2 (prefetcht1), as decode's kernels request theirs. On the AMX Xeons the
+  /// plain read leaves bandwidth unused that this one takes: an Emerald Rapids streamed evicted
+  /// 32 MiB at 24.4 GB/s with read()'s loop and 29.2 with this one (docs/experiments/read_shapes.cpp).
+  uint32_t read_requested() const;
+  /// The decode entries' reference: the faster of read() and read_requested(), each timed after its
+  /// own eviction of these bytes (operator()), in seconds; `requested_won` is set when the second
+  /// was faster. Neither read is weaker than before on any machine: the reference is the better of
+  /// two plain reads on each.
+  double reference_seconds(uint32_t& sink, bool& requested_won) const;
   size_t bytes() const { return bytes_; }
 
  private:
@@ -57,6 +68,8 @@ class Evict {
 size_t flush_mib();
 /// How decode entries empty the caches, for the bench's context.
 std::string eviction_name();
+/// What the decode entries' paired reference read is, for the bench's context.
+std::string reference_read_name();
 
 /// f32 FMA throughput of `threads` threads in GFLOP/s over one run of `iterations` × 12 FMAs per
 /// thread (independent chains, widest vectors: AVX-512, else AVX2+FMA; 0 without FMA).

@@ -81,9 +81,7 @@ void bm_mla(benchmark::State& state) {
   keys.add_all(w.k);
   values.add_all(w.k);
   if (!kAlias) values.add_all(w.v);
-  uint32_t sink = 0;
-  timed_loop_vs_stream(state, values, run, keys, [&] { sink ^= keys.read(); });
-  benchmark::DoNotOptimize(sink);
+  timed_loop_vs_stream(state, values, run, keys);
   state.counters["FLOPS"] = benchmark::Counter(mla_flops(), benchmark::Counter::kIsIterationInvariantRate);
   state.SetBytesProcessed(static_cast<int64_t>(k_bytes() + (kAlias ? 0.0 : 4.0 * kB * kNk * kDv)) * state.iterations());
 }
@@ -92,9 +90,7 @@ void bm_mla_stream(benchmark::State& state) {
   MlaWorkload& w = mla();
   Evict keys;
   keys.add_all(w.k);
-  uint32_t sink = 0;
-  timed_loop(state, &keys, [&] { sink ^= keys.read(); });
-  benchmark::DoNotOptimize(sink);
+  timed_reference_reads(state, keys);
   state.SetBytesProcessed(static_cast<int64_t>(k_bytes()) * state.iterations());
 }
 
