@@ -161,10 +161,6 @@ void timed_loop_paired(benchmark::State& state, const Evict* evict, Prepare&& pr
   state.counters[counter] = 100.0 * (n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]));
 }
 
-/// Decode (the bytes `evict` names evicted before each call): the limit is a plain read of the bytes
-/// `reference` names, timed right after each call: the faster of two read loops, each after its own
-/// eviction (Evict::reference_seconds). Counter `stream_pct`; `read_req_pct`: the share of calls
-/// whose reference was the read with software requests (Evict::read_requested).
 /// Whether the two reference reads of `bytes` see the same words (their XORs agree: neither skips or
 /// overruns a byte); otherwise the entry is reported as an error.
 inline bool reference_reads_agree(benchmark::State& state, const Evict& bytes) {
@@ -173,6 +169,10 @@ inline bool reference_reads_agree(benchmark::State& state, const Evict& bytes) {
   return false;
 }
 
+/// Decode (the bytes `evict` names evicted before each call): the limit is a plain read of the bytes
+/// `reference` names, timed right after each call: the faster of two read loops, each after its own
+/// eviction (Evict::reference_seconds). Counter `stream_pct`; `read_req_pct`: the share of calls
+/// whose reference was the read with software requests (Evict::read_requested).
 template <class Prepare, class F>
 void timed_loop_vs_stream(benchmark::State& state, const Evict& evict, Prepare&& prepare, F&& body,
                           const Evict& reference) {
@@ -230,7 +230,7 @@ void timed_loop_vs_peak(benchmark::State& state, double flops, F&& body, bool bf
 }
 
 /// timed_loop_vs_stream whose reference is a plain read of exactly the bytes the call streams, where
-/// they lie (`bytes`, Evict::read): a cache's storage, a layer's packed weights.
+/// they lie (`bytes`, Evict::reference_seconds): a cache's storage, a layer's packed weights.
 template <class Prepare, class F>
 void timed_loop_vs_own_bytes(benchmark::State& state, const Evict& bytes, Prepare&& prepare, F&& body) {
   timed_loop_vs_stream(state, bytes, prepare, body, bytes);
