@@ -128,12 +128,24 @@ void Evict::part(int part, int parts) const {
 }
 
 namespace {
-// Words of [p, p + bytes) XORed together: sixteen independent lanes, vectorised.
+constexpr size_t kReadL1Ahead = 4096, kReadL2Ahead = 24576;
+
+// Requests for the lines kReadL1Ahead and kReadL2Ahead bytes past p + i while they lie inside
+// [p, p + bytes).
+inline void request_ahead(const unsigned char* p, size_t i, size_t bytes) {
+  if (i + kReadL1Ahead < bytes) _mm_prefetch(reinterpret_cast<const char*>(p + i + kReadL1Ahead), _MM_HINT_T0);
+  if (i + kReadL2Ahead < bytes) _mm_prefetch(reinterpret_cast<const char*>(p + i + kReadL2Ahead), _MM_HINT_T1);
+}
+
+// Words of [p, p + bytes) XORed together: sixteen independent lanes (one 64-byte stretch per
+// step), vectorised; kRequest: each stretch's successors requested ahead (request_ahead).
+template <bool kRequest = false>
 uint32_t xor_words(const unsigned char* p, size_t bytes) {
   const size_t n = bytes / 4;
   uint32_t acc[16] = {};
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
+    if (kRequest) request_ahead(p, 4 * i, bytes);
 #pragma omp simd
     for (int k = 0; k < 16; ++k) {
       uint32_t w;
@@ -161,14 +173,6 @@ uint32_t Evict::read() const {
 }
 
 namespace {
-constexpr size_t kReadL1Ahead = 4096, kReadL2Ahead = 24576;
-
-// Requests for the line `ahead` bytes past p + i while it lies inside [p, p + bytes).
-inline void request_ahead(const unsigned char* p, size_t i, size_t bytes) {
-  if (i + kReadL1Ahead < bytes) _mm_prefetch(reinterpret_cast<const char*>(p + i + kReadL1Ahead), _MM_HINT_T0);
-  if (i + kReadL2Ahead < bytes) _mm_prefetch(reinterpret_cast<const char*>(p + i + kReadL2Ahead), _MM_HINT_T1);
-}
-
 // Whole 64-byte lines of [p, p + bytes) XORed into one 512-bit chain with requests ahead; the tail
 // (less than a line) by xor_words.
 __attribute__((target("avx512f"))) uint32_t xor_lines_requested512(const unsigned char* p, size_t bytes) {
@@ -184,24 +188,6 @@ __attribute__((target("avx512f"))) uint32_t xor_lines_requested512(const unsigne
   for (uint32_t a : w) x ^= a;
   return x;
 }
-
-// The same without AVX-512: sixteen words per line, vectorised by the compiler.
-uint32_t xor_lines_requested(const unsigned char* p, size_t bytes) {
-  uint32_t acc[16] = {};
-  size_t i = 0;
-  for (; i + 64 <= bytes; i += 64) {
-    request_ahead(p, i, bytes);
-#pragma omp simd
-    for (int k = 0; k < 16; ++k) {
-      uint32_t w;
-      std::memcpy(&w, p + i + 4 * k, 4);
-      acc[k] ^= w;
-    }
-  }
-  uint32_t x = xor_words(p + i, bytes - i);
-  for (uint32_t a : acc) x ^= a;
-  return x;
-}
 }  // namespace
 
 uint32_t Evict::read_requested() const {
@@ -209,21 +195,20 @@ uint32_t Evict::read_requested() const {
   uint32_t total = 0;
 #pragma omp parallel reduction(^ : total)
   for_share(runs_, bytes_, omp_get_thread_num(), omp_get_num_threads(), [&](const unsigned char* p, size_t n) {
-    total ^= avx512 ? xor_lines_requested512(p, n) : xor_lines_requested(p, n);
+    total ^= avx512 ? xor_lines_requested512(p, n) : xor_words<true>(p, n);
   });
   return total;
 }
 
 double Evict::reference_seconds(uint32_t& sink, bool& requested_won) const {
-  using clock = std::chrono::steady_clock;
-  (*this)();
-  auto t0 = clock::now();
-  sink ^= read();
-  const double plain = std::chrono::duration<double>(clock::now() - t0).count();
-  (*this)();
-  t0 = clock::now();
-  sink ^= read_requested();
-  const double requested = std::chrono::duration<double>(clock::now() - t0).count();
+  const auto evicted_read = [&](uint32_t (Evict::*read_fn)() const) {
+    (*this)();
+    const auto t0 = std::chrono::steady_clock::now();
+    sink ^= (this->*read_fn)();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const double plain = evicted_read(&Evict::read);
+  const double requested = evicted_read(&Evict::read_requested);
   requested_won = requested < plain;
   return std::min(plain, requested);
 }
@@ -231,7 +216,9 @@ double Evict::reference_seconds(uint32_t& sink, bool& requested_won) const {
 std::string reference_read_name() {
   return "the faster of two plain reads of the entry's bytes where they lie, each after its own eviction, right "
          "after each call: a vectorised XOR of 32-bit words, and 512-bit loads with each line's successors "
-         "requested 4 KiB ahead into L1 and 24 KiB ahead into L2";
+         "requested " +
+         std::to_string(kReadL1Ahead / 1024) + " KiB ahead into L1 and " + std::to_string(kReadL2Ahead / 1024) +
+         " KiB ahead into L2";
 }
 
 void Evict::operator()() const {
