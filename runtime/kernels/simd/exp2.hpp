@@ -14,24 +14,35 @@ inline vfloat<Arch> scale_by_pow2(vfloat<Arch> p, vfloat<Arch> n, requires_arch<
   return p * xsimd::bitwise_cast<vfloat<Arch>>(e);
 }
 
-#if defined(__AVX512F__)
-// AVX-512 scales by 2^n in one instruction (vscalefps); below −160 the result rounds to exactly 0.
-template <class Arch>
-inline vfloat<Arch> scale_by_pow2(vfloat<Arch> p, vfloat<Arch> n, requires_arch<xsimd::avx512f>) {
-  return _mm512_scalef_ps(p, n);
-}
-#endif
-
-// 2^x for x ≤ 0 (NaN propagates) from `poly`, 2^f on f ∈ [-0.5, 0.5] after rounding x to n + f;
-// the exponent is applied by scale_by_pow2. Inputs below −127 (−160 with vscalefps; including −inf
-// from masks) give exactly 0, which is what a masked score must contribute.
+// 2^x for x ≤ 0 (NaN propagates) from `poly`, 2^f on f ∈ [-0.5, 0.5] after rounding x to n + f.
+// Small inputs, −inf from masks among them, give exactly 0, which is what a masked score must
+// contribute:
+// - AVX-512: below −126, through vscalefps' zero mask. x is clamped to −126 first, and n = −126
+//   only with f ≥ 0, so no lane ever computes a subnormal or underflowing result (2^f·2^n ≥ 2^−126,
+//   the smallest normal). Intel cores take a microcode assist for an instruction with such a lane
+//   while FTZ is off; with the earlier clamp at −160 (vscalefps rounding to 0) every vector holding
+//   a masked key and every row's first rescale factor (running max −inf) took one: half of a
+//   16-key decode step's softmax on an Emerald Rapids, and causal prefill lost 5–15% (f32) and more
+//   with bf16 math (docs/performance.md, session 45).
+// - Otherwise: below −127, the exponent built with integer arithmetic (scale_by_pow2: 2^−127 is
+//   the bit pattern of +0, and p·0 is an exact 0, not an underflow).
 template <class Arch, class Poly>
 inline vfloat<Arch> exp2_nonpositive_by(vfloat<Arch> x, Poly poly) {
   using B = vfloat<Arch>;
-  constexpr float kFloor = has_avx512_ops(Arch{}) ? -160.0f : -127.0f;
-  x = xsimd::max(B(kFloor), x);  // operand order: x86 max returns the 2nd operand on NaN
-  const B n = xsimd::nearbyint(x);
-  return scale_by_pow2<Arch>(poly(x - n), n, Arch{});
+#if defined(__AVX512F__)
+  if constexpr (has_avx512_ops(Arch{})) {
+    constexpr float kFloor = -126.0f;
+    const __mmask16 live = _mm512_cmp_ps_mask(x, B(kFloor), _CMP_NLT_UQ);  // (NaN: live, and propagates)
+    x = xsimd::max(B(kFloor), x);  // operand order: x86 max returns the 2nd operand on NaN
+    const B n = xsimd::nearbyint(x);
+    return _mm512_maskz_scalef_ps(live, poly(x - n), n);
+  } else
+#endif
+  {
+    x = xsimd::max(B(-127.0f), x);
+    const B n = xsimd::nearbyint(x);
+    return scale_by_pow2<Arch>(poly(x - n), n, Arch{});
+  }
 }
 
 // 2^x for x ≤ 0: degree-5 polynomial, relative error ≤ 1.1e-7 on [-0.5, 0.5].
