@@ -1,8 +1,8 @@
 // Session 34's decode driver (docs/performance.md, "Session 34"): not built by the project. One
 // decode step over a KVCache (f32 or i8, one sequence, Hkv kv heads × L keys, D 128, GROUP query rows
 // per kv head), timed after the bench's eviction of the cache's bytes (bench/machine.hpp Evict) and
-// paired with a plain read of the same bytes; NOEVICT=1 (argument 5) times it warm (L2 or L3).
-// Median step, read and share over REPS steps. Built from the repository root after a build:
+// paired with the bench's reference read of the same bytes (Evict::reference_seconds); NOEVICT=1 (argument 5) times it
+// warm (L2 or L3). Median step, read and share over REPS steps. Built from the repository root after a build:
 //   g++ -std=c++20 -O2 -march=native -fopenmp -I. -Iinclude -Ibuild/runtime/include \
 //       docs/experiments/decode_driver.cpp bench/machine.cpp -o /tmp/decode_driver \
 //       build/lib/libattend_core.a -ldnnl -lnuma -lbenchmark -lpthread
@@ -50,13 +50,11 @@ int main(int argc, char** argv) {
     double t0 = now();
     cached_attention(Q, KN, VN, cache, seqs, O);
     double t1 = now();
-    if (!noflush) e();
-    double t2 = now();
-    sink ^= e.read();
-    double t3 = now();
+    bool won = false;
+    const double r = noflush ? 0.0 : e.reference_seconds(sink, won);
     if (i >= 3) {
       ts.push_back(t1 - t0);
-      rs.push_back(t3 - t2);
+      rs.push_back(r);
     }
   }
   std::vector<double> ratio;
