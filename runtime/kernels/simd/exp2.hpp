@@ -24,8 +24,8 @@ inline vfloat<Arch> scale_by_pow2(vfloat<Arch> p, vfloat<Arch> n, requires_arch<
 //   a masked key and every row's first rescale factor (running max −inf) took one: half of a
 //   16-key decode step's softmax on an Emerald Rapids, and causal prefill lost 5–15% (f32) and more
 //   with bf16 math (docs/performance.md, session 45).
-// - Otherwise: below −127, the exponent built with integer arithmetic (scale_by_pow2: 2^−127 is
-//   the bit pattern of +0, and p·0 is an exact 0, not an underflow).
+// - Otherwise: below −127, the exponent built with integer arithmetic (scale_by_pow2: for
+//   n = −127 the factor's bits are those of +0, and p·0 is an exact 0, not an underflow).
 template <class Arch, class Poly>
 inline vfloat<Arch> exp2_nonpositive_by(vfloat<Arch> x, Poly poly) {
   using B = vfloat<Arch>;
