@@ -8,7 +8,7 @@ namespace {
 
 // p · 2^n for integral n ≥ −127: the exponent is built with integer arithmetic.
 template <class Arch>
-inline vfloat<Arch> scale_by_pow2(vfloat<Arch> p, vfloat<Arch> n, requires_arch<xsimd::generic>) {
+inline vfloat<Arch> scale_by_pow2(vfloat<Arch> p, vfloat<Arch> n) {
   using I = vint<Arch>;
   const I e = (xsimd::to_int(n) + I(127)) << 23;
   return p * xsimd::bitwise_cast<vfloat<Arch>>(e);
@@ -41,7 +41,7 @@ inline vfloat<Arch> exp2_nonpositive_by(vfloat<Arch> x, Poly poly) {
   {
     x = xsimd::max(B(-127.0f), x);
     const B n = xsimd::nearbyint(x);
-    return scale_by_pow2<Arch>(poly(x - n), n, Arch{});
+    return scale_by_pow2<Arch>(poly(x - n), n);
   }
 }
 
