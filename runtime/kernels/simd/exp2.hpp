@@ -24,14 +24,16 @@ inline vfloat<Arch> scale_by_pow2(vfloat<Arch> p, vfloat<Arch> n) {
 //   a masked key and every row's first rescale factor (running max −inf) took one: half of a
 //   16-key decode step's softmax on an Emerald Rapids, and causal prefill lost 5–15% (f32) and more
 //   with bf16 math (docs/performance.md, session 45).
-// - Otherwise: below −127, the exponent built with integer arithmetic (scale_by_pow2: for
-//   n = −127 the factor's bits are those of +0, and p·0 is an exact 0, not an underflow).
+// - Otherwise (AVX2, NEON): the same clamp, and the exponent built with integer arithmetic
+//   (scale_by_pow2); lanes below −126 take n = −127, whose factor's bits are those of +0, and p·0
+//   is an exact 0, not an underflow. (Clamped at −127 instead, as before session 46, inputs in
+//   [−126.5, −126) rounded to n = −126 with f < 0 and gave subnormal results.)
 template <class Arch, class Poly>
 inline vfloat<Arch> exp2_nonpositive_by(vfloat<Arch> x, Poly poly) {
   using B = vfloat<Arch>;
+  constexpr float kFloor = -126.0f;
 #if defined(__AVX512F__)
   if constexpr (has_avx512_ops(Arch{})) {
-    constexpr float kFloor = -126.0f;
     const __mmask16 live = _mm512_cmp_ps_mask(x, B(kFloor), _CMP_NLT_UQ);  // (NaN: live, and propagates)
     x = xsimd::max(B(kFloor), x);  // operand order: x86 max returns the 2nd operand on NaN
     const B n = xsimd::nearbyint(x);
@@ -39,9 +41,10 @@ inline vfloat<Arch> exp2_nonpositive_by(vfloat<Arch> x, Poly poly) {
   } else
 #endif
   {
-    x = xsimd::max(B(-127.0f), x);
+    const auto dead = x < B(kFloor);  // (NaN: not dead, and propagates through the max)
+    x = xsimd::max(B(kFloor), x);
     const B n = xsimd::nearbyint(x);
-    return scale_by_pow2<Arch>(poly(x - n), n);
+    return scale_by_pow2<Arch>(poly(x - n), xsimd::select(dead, B(-127.0f), n));
   }
 }
 
