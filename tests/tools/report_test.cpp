@@ -46,8 +46,12 @@ std::string sample_json(double scale = 1.0, const std::string& cpu = "AMD EPYC")
        "\"bf16_dot_peak_gflops\":\"800.0\",\"onednn_version\":\"2.6.3\",\"onednn_isa\":\"avx512_core_bf16\"},"
        "\"benchmarks\":[";
   o << aggregates("sdpa/onednn/P1/manual_time", 2.0 * scale, "ms", "\"FLOPS\":1e11,\"bytes_per_second\":1e9") << ",";
-  o << aggregates("sdpa/attend/P1/manual_time", 1.0 * scale, "ms", "\"FLOPS\":2e11,\"bytes_per_second\":2e9") << ",";
-  o << aggregates("sdpa/attend/D2/manual_time", 500.0 * scale, "us", "\"FLOPS\":2e10,\"bytes_per_second\":4e10") << ",";
+  o << aggregates("sdpa/attend/P1/manual_time", 1.0 * scale, "ms",
+                  "\"FLOPS\":2e11,\"bytes_per_second\":2e9,\"peak_pct\":" + std::to_string(50 / scale))
+    << ",";
+  o << aggregates("sdpa/attend/D2/manual_time", 500.0 * scale, "us",
+                  "\"FLOPS\":2e10,\"bytes_per_second\":4e10,\"stream_pct\":91.24,\"read_req_pct\":40")
+    << ",";
   o << aggregates("sdpa/onednn/D2/manual_time", 1e6 * scale, "ns", "\"FLOPS\":1e10,\"bytes_per_second\":2e10") << ",";
   o << aggregates("sdpa/attend-softcap/P1/manual_time", 1.1 * scale, "ms", "\"FLOPS\":1.8e11") << ",";
   o << aggregates("stream/read/D2/manual_time", 0.4, "ms", "\"bytes_per_second\":5e10") << ",";
@@ -263,6 +267,17 @@ TEST(ReportPage, MachinesSectionsAndSelfContained) {
   // roofline (entries with both counters), decode bandwidth; tables per group.
   EXPECT_EQ(count(one, "class=\"chart roofline\""), 1u);
   EXPECT_EQ(count(one, "<table class=\"entries\""), 2u);  // sdpa, serve
+  // The paired shares, where an entry has one: of a read (with which read won), or of the peak.
+  EXPECT_NE(one.find("the read with software requests was the faster in 40% of calls\">91.2% of read</td>"),
+            std::string::npos);
+  EXPECT_NE(one.find("<td>50.0% of peak</td>"), std::string::npos);
+  EXPECT_EQ(count(one, "% of read</td>"), 1u);
+  // The reference the decode shares are of: this context does not name it (an older run).
+  EXPECT_NE(one.find(">one plain read</td>"), std::string::npos);
+  std::string named = sample_json();
+  named.insert(named.find("\"context\":{") + 11, "\"reference_read\":\"two <reads>\",");
+  const std::string newer = report_html({parse_bench_json(named, "newer")}, "Newer");
+  EXPECT_NE(newer.find("title=\"two &lt;reads&gt;\">the faster of two reads</td>"), std::string::npos);
   const std::string svg = bar_chart_svg(speedup_chart(a, true));
   const std::vector<Element> marks = elements(svg, "rect", "mark");
   ASSERT_EQ(marks.size(), 3u);

@@ -46,6 +46,34 @@ std::string safe_label(const std::string& s) {
   return out;
 }
 
+// The bench's paired share, the figure the issues quote: a decode entry's share of a plain read of
+// the same bytes (stream_pct), a prefill entry's of the FMA probe (peak_pct), each timed right after
+// every call and summarised by the median of the per-call ratios. Empty where the entry has neither.
+std::string paired_share_cell(const BenchEntry& e) {
+  const auto counter = [&](const char* name) {
+    const auto it = e.counters.find(name);
+    return it != e.counters.end() && std::isfinite(it->second) ? it->second : -1.0;
+  };
+  const double read = counter("stream_pct"), peak = counter("peak_pct"), requested = counter("read_req_pct");
+  if (read >= 0) {
+    std::string cell = "<td";
+    if (requested >= 0)
+      cell += " title=\"the read with software requests was the faster in " + fmt(requested, "%.0f") + "% of calls\"";
+    return cell + ">" + fmt(read, "%.1f") + "% of read</td>";
+  }
+  if (peak >= 0) return "<td>" + fmt(peak, "%.1f") + "% of peak</td>";
+  return "<td></td>";
+}
+
+// Which plain read a run's decode shares are of: attend-bench records it in the context since the
+// reference became the faster of two reads (a XOR loop and a loop with software requests); earlier
+// runs timed one plain read.
+std::string read_reference_cell(const BenchRun& run) {
+  const std::string ref = run.context_value("reference_read");
+  if (ref.empty()) return "<td class=\"l\">one plain read</td>";
+  return "<td class=\"l\" title=\"" + xml_escape(ref) + "\">the faster of two reads</td>";
+}
+
 }  // namespace
 
 bool headline(const BenchEntry& e) {
@@ -181,14 +209,17 @@ std::string report_html(const std::vector<BenchRun>& runs, const std::string& ti
   o << "<h1>" << xml_escape(title) << "</h1>\n<p class=\"note\">" << runs.size()
     << " attend-bench run(s). Times are medians over the repetitions; the speed-up is oneDNN's median time over "
        "attend's, both measured in the same process (for bf16 arithmetic: oneDNN with bf16 matmuls). "
-       "Hover a mark for its value.</p>\n";
+       "The paired share is the figure the machine's noise leaves comparable: a decode entry's time against a "
+       "plain read of the same bytes (a prefill entry's against the FMA probe) timed right after each call, the "
+       "median of the per-call ratios. Hover a mark for its value.</p>\n";
 
   // Machines.
   o << "<h2 id=\"machines\">Machines</h2>\n<table class=\"machines\"><tr><th class=\"l\">run</th><th "
        "class=\"l\">CPU</th>"
        "<th class=\"l\">attend ISA</th><th>threads</th><th class=\"l\">oneDNN</th><th>FMA peak GFLOP/s</th>"
-       "<th>bf16 peak GFLOP/s</th><th>AMX bf16 peak GFLOP/s</th><th>plain read GB/s</th><th class=\"l\">attend</th><th "
-       "class=\"l\">date</th></tr>\n";
+       "<th>bf16 peak GFLOP/s</th><th>AMX bf16 peak GFLOP/s</th><th>plain read GB/s</th><th class=\"l\">decode shares "
+       "are of</th>"
+       "<th class=\"l\">attend</th><th class=\"l\">date</th></tr>\n";
   for (const BenchRun& r : runs)
     o << "<tr><td class=\"l\">" << xml_escape(r.label) << "</td><td class=\"l\">" << xml_escape(machine_name(r))
       << "</td><td class=\"l\">" << xml_escape(r.context_value("attend_isa")) << "</td><td>" << r.threads
@@ -196,8 +227,9 @@ std::string report_html(const std::vector<BenchRun>& runs, const std::string& ti
       << xml_escape(r.context_value("onednn_version") + " (" + r.context_value("onednn_isa") + ")") << "</td><td>"
       << fmt(r.fma_peak_gflops, "%.0f") << "</td><td>" << fmt(r.bf16_peak_gflops, "%.0f") << "</td><td>"
       << (r.amx_peak_gflops > 0 ? fmt(r.amx_peak_gflops, "%.0f") : std::string("—")) << "</td><td>"
-      << fmt(r.read_gbps, "%.1f") << "</td><td class=\"l\">" << xml_escape(r.context_value("attend_version"))
-      << "</td><td class=\"l\">" << xml_escape(r.context_value("date")) << "</td></tr>\n";
+      << fmt(r.read_gbps, "%.1f") << "</td>" << read_reference_cell(r) << "<td class=\"l\">"
+      << xml_escape(r.context_value("attend_version")) << "</td><td class=\"l\">" << xml_escape(r.context_value("date"))
+      << "</td></tr>\n";
   o << "</table>\n";
 
   if (runs.size() >= 2) {
@@ -240,15 +272,17 @@ std::string report_html(const std::vector<BenchRun>& runs, const std::string& ti
     for (const std::string& g : groups_of(r)) {
       o << "<h3>" << xml_escape(group_title(g)) << "</h3>\n<table class=\"entries\" data-group=\"" << xml_escape(g)
         << "\"><tr><th class=\"l\">shape</th><th class=\"l\">implementation</th><th>median ms</th><th>GFLOP/s</th>"
-           "<th>GB/s</th><th class=\"l\">oneDNN baseline</th><th>baseline ms</th><th>speed-up</th></tr>\n";
+           "<th>GB/s</th><th>paired share</th><th class=\"l\">oneDNN baseline</th><th>baseline ms</th>"
+           "<th>speed-up</th></tr>\n";
       for (const BenchEntry& e : r.entries) {
         if (e.group != g) continue;
         const BenchEntry* b = baseline_of(r, e);
         const double sp = b && e.ms > 0 ? b->ms / e.ms : 0;
         o << "<tr><td class=\"l\">" << xml_escape(e.shape) << "</td><td class=\"l\">" << xml_escape(e.impl)
           << "</td><td>" << fmt(e.ms, "%.4g") << "</td><td>" << (e.gflops > 0 ? fmt(e.gflops, "%.1f") : "")
-          << "</td><td>" << (e.gbps > 0 ? fmt(e.gbps, "%.1f") : "") << "</td><td class=\"l\">"
-          << (b ? xml_escape(b->impl) : "") << "</td><td>" << (b ? fmt(b->ms, "%.4g") : "") << "</td><td"
+          << "</td><td>" << (e.gbps > 0 ? fmt(e.gbps, "%.1f") : "") << "</td>" << paired_share_cell(e)
+          << "<td class=\"l\">" << (b ? xml_escape(b->impl) : "") << "</td><td>" << (b ? fmt(b->ms, "%.4g") : "")
+          << "</td><td"
           << (sp >= 1  ? " class=\"fast\""
               : sp > 0 ? " class=\"slow\""
                        : "")
