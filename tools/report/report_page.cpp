@@ -47,8 +47,9 @@ std::string safe_label(const std::string& s) {
 }
 
 // The bench's paired share, the figure the issues quote: a decode entry's share of a plain read of
-// the same bytes (stream_pct), a prefill entry's of the FMA probe (peak_pct), each timed right after
-// every call and summarised by the median of the per-call ratios. Empty where the entry has neither.
+// the same bytes (stream_pct), a prefill entry's of the FMA probe (peak_pct; of the vdpbf16ps probe
+// for bf16 arithmetic, so AMX goes past 100), each timed right after every call and summarised by the
+// median of the per-call ratios. Empty where the entry has neither.
 std::string paired_share_cell(const BenchEntry& e) {
   const auto counter = [&](const char* name) {
     const auto it = e.counters.find(name);
@@ -210,8 +211,8 @@ std::string report_html(const std::vector<BenchRun>& runs, const std::string& ti
     << " attend-bench run(s). Times are medians over the repetitions; the speed-up is oneDNN's median time over "
        "attend's, both measured in the same process (for bf16 arithmetic: oneDNN with bf16 matmuls). "
        "The paired share is the figure the machine's noise leaves comparable: a decode entry's time against a "
-       "plain read of the same bytes (a prefill entry's against the FMA probe) timed right after each call, the "
-       "median of the per-call ratios. Hover a mark for its value.</p>\n";
+       "plain read of the same bytes (a prefill entry's against the FMA probe, or the vdpbf16ps probe for bf16 "
+       "arithmetic) timed right after each call, the median of the per-call ratios. Hover a mark for its value.</p>\n";
 
   // Machines.
   o << "<h2 id=\"machines\">Machines</h2>\n<table class=\"machines\"><tr><th class=\"l\">run</th><th "
