@@ -50,7 +50,8 @@ std::string sample_json(double scale = 1.0, const std::string& cpu = "AMD EPYC")
                   "\"FLOPS\":2e11,\"bytes_per_second\":2e9,\"peak_pct\":" + std::to_string(50 / scale))
     << ",";
   o << aggregates("sdpa/attend/D2/manual_time", 500.0 * scale, "us",
-                  "\"FLOPS\":2e10,\"bytes_per_second\":4e10,\"stream_pct\":91.24,\"read_req_pct\":40")
+                  "\"FLOPS\":2e10,\"bytes_per_second\":4e10,\"stream_pct\":" + std::to_string(91.24 * scale) +
+                      ",\"read_req_pct\":40")
     << ",";
   o << aggregates("sdpa/onednn/D2/manual_time", 1e6 * scale, "ns", "\"FLOPS\":1e10,\"bytes_per_second\":2e10") << ",";
   o << aggregates("sdpa/attend-softcap/P1/manual_time", 1.1 * scale, "ms", "\"FLOPS\":1.8e11") << ",";
@@ -290,9 +291,23 @@ TEST(ReportPage, MachinesSectionsAndSelfContained) {
   const BarChart dec = decode_bandwidth_chart(a);
   ASSERT_EQ(dec.categories, std::vector<std::string>{"sdpa/D2"});
   EXPECT_DOUBLE_EQ(dec.reference, 25.0);  // 50 GB/s read over 2 threads
+  // The paired decode shares: the entries with a stream_pct counter, at its value, against 100%.
+  const BarChart share = decode_share_chart(a);
+  ASSERT_EQ(share.categories, std::vector<std::string>{"sdpa/D2"});
+  ASSERT_EQ(share.series, std::vector<std::string>{"attend"});
+  EXPECT_DOUBLE_EQ(share.values[0][0], 91.24);
+  EXPECT_DOUBLE_EQ(share.reference, 100.0);
+  const std::string share_svg = bar_chart_svg(share);
+  const std::vector<Element> sm = elements(share_svg, "rect", "mark");
+  ASSERT_EQ(sm.size(), 1u);
+  EXPECT_DOUBLE_EQ(sm[0].num("data-value"), 91.24);
+  EXPECT_NE(share_svg.find(">91.2%</text>"), std::string::npos);
+  EXPECT_EQ(count(one, "decode against a plain read</h2>"), 1u);
+  EXPECT_EQ(count(one, "class=\"chart bars\""), 4u);  // headline, every entry, decode share, decode bandwidth
   // Two runs: the across-machines chart has one bar per run for each shared entry.
   const std::string two = report_html({a, b}, "Two");
   EXPECT_NE(two.find("Across machines"), std::string::npos);
+  EXPECT_NE(two.find("Decode across machines: share of each machine"), std::string::npos);
   const BarChart across = across_machines_chart({a, b});
   EXPECT_EQ(across.series, (std::vector<std::string>{"zen4", "zen5"}));
   const std::vector<Element> am = elements(bar_chart_svg(across), "rect", "mark");
@@ -304,9 +319,16 @@ TEST(ReportPage, MachinesSectionsAndSelfContained) {
     if (m.attrs.at("data-series") == "zen5" && m.attrs.at("data-category") == "serve/paged-f32") {
       EXPECT_DOUBLE_EQ(m.num("data-value"), 3.0);
     }
+  // The decode shares side by side: one bar per run for each entry two runs have.
+  const BarChart across_share = across_machines_share_chart({a, b});
+  ASSERT_EQ(across_share.categories, std::vector<std::string>{"sdpa/attend/D2"});
+  EXPECT_DOUBLE_EQ(across_share.values[0][0], 91.24);
+  EXPECT_DOUBLE_EQ(across_share.values[1][0], 45.62);
+  EXPECT_EQ(elements(bar_chart_svg(across_share), "rect", "mark").size(), 2u);
+  EXPECT_TRUE(across_machines_share_chart({a}).categories.empty());
   const auto charts = report_charts({a, b});
   for (const char* f : {"headline-zen4.svg", "speedup-zen5.svg", "roofline-zen4.svg", "decode-bandwidth-zen5.svg",
-                        "across-machines.svg"})
+                        "decode-share-zen4.svg", "across-machines.svg", "across-machines-share.svg"})
     EXPECT_EQ(charts.count(f), 1u) << f;
 }
 

@@ -46,16 +46,19 @@ std::string safe_label(const std::string& s) {
   return out;
 }
 
+// A finite counter's value, or −1.
+double counter_of(const BenchEntry& e, const char* name) {
+  const auto it = e.counters.find(name);
+  return it != e.counters.end() && std::isfinite(it->second) ? it->second : -1.0;
+}
+
 // The bench's paired share, the figure the issues quote: a decode entry's share of a plain read of
 // the same bytes (stream_pct), a prefill entry's of the FMA probe (peak_pct; of the vdpbf16ps probe
 // for bf16 arithmetic, so AMX goes past 100), each timed right after every call and summarised by the
 // median of the per-call ratios. Empty where the entry has neither.
 std::string paired_share_cell(const BenchEntry& e) {
-  const auto counter = [&](const char* name) {
-    const auto it = e.counters.find(name);
-    return it != e.counters.end() && std::isfinite(it->second) ? it->second : -1.0;
-  };
-  const double read = counter("stream_pct"), peak = counter("peak_pct"), requested = counter("read_req_pct");
+  const double read = counter_of(e, "stream_pct"), peak = counter_of(e, "peak_pct"),
+               requested = counter_of(e, "read_req_pct");
   if (read >= 0) {
     std::string cell = "<td";
     if (requested >= 0)
@@ -158,6 +161,59 @@ BarChart decode_bandwidth_chart(const BenchRun& run) {
   return c;
 }
 
+BarChart decode_share_chart(const BenchRun& run) {
+  BarChart c;
+  c.title = "Decode against a plain read of the same bytes (paired), " + run.label + " (" +
+            std::to_string(run.threads) + " threads)";
+  c.value_label = "% of the read timed right after each call (median of the per-call ratios)";
+  c.value_format = "%";
+  c.reference = 100.0;
+  c.reference_label = "the read";
+  for (const BenchEntry& e : run.entries) {
+    if (e.group == "stream" || !charted(e) || counter_of(e, "stream_pct") <= 0) continue;
+    const std::string cat = e.group + "/" + e.shape;
+    if (std::find(c.categories.begin(), c.categories.end(), cat) == c.categories.end()) c.categories.push_back(cat);
+    if (std::find(c.series.begin(), c.series.end(), e.impl) == c.series.end()) c.series.push_back(e.impl);
+  }
+  c.values.assign(c.series.size(), std::vector<double>(c.categories.size(), NAN));
+  for (const BenchEntry& e : run.entries) {
+    auto ci = std::find(c.categories.begin(), c.categories.end(), e.group + "/" + e.shape);
+    auto si = std::find(c.series.begin(), c.series.end(), e.impl);
+    if (ci == c.categories.end() || si == c.series.end() || !charted(e)) continue;
+    c.values[static_cast<size_t>(si - c.series.begin())][static_cast<size_t>(ci - c.categories.begin())] =
+        counter_of(e, "stream_pct");
+  }
+  return c;
+}
+
+BarChart across_machines_share_chart(const std::vector<BenchRun>& runs) {
+  BarChart c;
+  c.title = "Decode across machines: share of each machine's plain read of the same bytes (paired)";
+  c.value_label = "% of the read timed right after each call (median of the per-call ratios)";
+  c.value_format = "%";
+  c.reference = 100.0;
+  c.reference_label = "the read";
+  for (const BenchRun& r : runs) c.series.push_back(r.label);
+  // Entries with a decode share in at least two runs, in the order they first appear.
+  std::vector<std::string> names;
+  for (const BenchRun& r : runs)
+    for (const BenchEntry& e : r.entries) {
+      if (e.group == "stream" || !charted(e) || counter_of(e, "stream_pct") <= 0) continue;
+      if (std::find(names.begin(), names.end(), e.name) != names.end()) continue;
+      int in = 0;
+      for (const BenchRun& o : runs)
+        if (const BenchEntry* x = o.find(e.group, e.impl, e.shape); x && counter_of(*x, "stream_pct") > 0) ++in;
+      if (in >= 2) names.push_back(e.name);
+    }
+  c.categories = names;
+  c.values.assign(runs.size(), std::vector<double>(names.size(), NAN));
+  for (size_t ri = 0; ri < runs.size(); ++ri)
+    for (size_t ni = 0; ni < names.size(); ++ni)
+      for (const BenchEntry& e : runs[ri].entries)
+        if (e.name == names[ni]) c.values[ri][ni] = counter_of(e, "stream_pct");
+  return c;
+}
+
 BarChart across_machines_chart(const std::vector<BenchRun>& runs) {
   BarChart c;
   c.title = "The same entries across machines: speed-up over each machine's oneDNN";
@@ -194,8 +250,12 @@ std::map<std::string, std::string> report_charts(const std::vector<BenchRun>& ru
     out["headline-" + l + ".svg"] = bar_chart_svg(speedup_chart(r, true));
     out["roofline-" + l + ".svg"] = roofline_svg(roofline_of(r));
     out["decode-bandwidth-" + l + ".svg"] = bar_chart_svg(decode_bandwidth_chart(r));
+    out["decode-share-" + l + ".svg"] = bar_chart_svg(decode_share_chart(r));
   }
-  if (runs.size() >= 2) out["across-machines.svg"] = bar_chart_svg(across_machines_chart(runs));
+  if (runs.size() >= 2) {
+    out["across-machines.svg"] = bar_chart_svg(across_machines_chart(runs));
+    out["across-machines-share.svg"] = bar_chart_svg(across_machines_share_chart(runs));
+  }
   return out;
 }
 
@@ -235,6 +295,8 @@ std::string report_html(const std::vector<BenchRun>& runs, const std::string& ti
 
   if (runs.size() >= 2) {
     o << "<h2 id=\"across\">Across machines</h2>\n" << bar_chart_svg(across_machines_chart(runs)) << "\n";
+    const BarChart shares = across_machines_share_chart(runs);
+    if (!shares.categories.empty()) o << bar_chart_svg(shares) << "\n";
     // Times side by side for every entry present in more than one run.
     o << "<table class=\"across\"><tr><th class=\"l\">entry</th>";
     for (const BenchRun& r : runs) o << "<th>" << xml_escape(r.label) << " ms</th>";
@@ -297,6 +359,15 @@ std::string report_html(const std::vector<BenchRun>& runs, const std::string& ti
       << (r.bf16_peak_gflops > 0 ? " and vdpbf16ps" : "") << (r.amx_peak_gflops > 0 ? " and AMX (tdpbf16ps)" : "")
       << " peaks and its plain-read bandwidth (the best stream/read entry).</p>\n"
       << roofline_svg(roofline_of(r)) << "\n";
+    const BarChart share = decode_share_chart(r);
+    if (!share.categories.empty())
+      o << "<h2 id=\"decode-share-" << id << "\">" << xml_escape(r.label) << ": decode against a plain read</h2>\n"
+        << "<p class=\"note\">Each decode entry's paired share: its time against a plain read of the very bytes it "
+           "streams, evicted from every cache level before both and timed right after each call ("
+        << xml_escape(r.context_value("reference_read").empty() ? std::string("one plain read")
+                                                                : r.context_value("reference_read"))
+        << "). The figure a fleet compares: it does not move with the machine's memory state as GB/s do.</p>\n"
+        << bar_chart_svg(share) << "\n";
     const BarChart dec = decode_bandwidth_chart(r);
     if (!dec.categories.empty())
       o << "<h2 id=\"decode-" << id << "\">" << xml_escape(r.label) << ": decode bandwidth per core</h2>\n"

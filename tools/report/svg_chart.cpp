@@ -183,7 +183,7 @@ std::string bar_chart_svg(const BarChart& c) {
   // Bars.
   o << "<g class=\"marks\">";
   for (const Row& r : rows) {
-    const std::string label = c.value_format == "x" ? short_number(r.v) + "×" : short_number(r.v);
+    const std::string label = short_number(r.v) + (c.value_format == "x" ? "×" : c.value_format == "%" ? "%" : "");
     o << "<rect class=\"mark\" data-series=\"" << xml_escape(c.series[r.si]) << "\" data-category=\""
       << xml_escape(c.categories[r.ci]) << "\" data-value=\"" << value_attr(r.v) << "\" x=\"" << left << "\" y=\""
       << num(r.y) << "\" width=\"" << num(x(r.v) - x(0)) << "\" height=\"" << bar << "\" fill=\"" << series_colour(r.si)

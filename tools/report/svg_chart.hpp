@@ -35,7 +35,7 @@ struct BarChart {
   std::vector<std::vector<double>> values;
   double reference = 0;  // a vertical reference line at this value (e.g. 1 = parity); 0 = none
   std::string reference_label;
-  std::string value_format = "x";  // "x": "2.3×" labels; "" plain numbers
+  std::string value_format = "x";  // "x": "2.3×" labels; "%": "91.2%"; "" plain numbers
 };
 std::string bar_chart_svg(const BarChart& chart);
 
