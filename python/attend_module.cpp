@@ -600,11 +600,13 @@ A row whose keys are all masked returns zeros (torch returns NaN there).)");
         d["rules_from_environment"] = t.rules_from_environment;
         d["l2_ahead_bytes"] = t.l2_ahead_bytes;
         d["l2_page_starts"] = t.l2_page_starts;
+        d["i8_one_row_integer"] = t.i8_one_row_integer;
         d["overrides"] = t.overrides;
         return d;
       },
       "The decode requests' rules in force: {'rules': 'zen5', 'rules_from_environment': False, "
-      "'l2_ahead_bytes': 65536, 'l2_page_starts': True, 'overrides': ''} (attend-info's 'decode rules').");
+      "'l2_ahead_bytes': 65536, 'l2_page_starts': True, 'i8_one_row_integer': False, 'overrides': ''} "
+      "(attend-info's 'decode rules').");
   m.def(
       "bf16_math_native", [] { return attend::bf16_math_native(); },
       "Whether fpmath='bf16' runs bf16 kernels (AMX tiles or vdpbf16ps) on this CPU (else it is 'strict').");

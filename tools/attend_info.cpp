@@ -128,17 +128,6 @@ int main(int argc, char** argv) {
       : attend::bf16_math_native() ? "vdpbf16ps (avx512_bf16)"
       : bf16_tier                  ? "f32 (vdpbf16ps runs at half the FMA rate here; Isa::avx512_bf16 forces it)"
                                    : "f32 (no AVX512_BF16 on the active path)";
-  // The 8-bit cache's decode of 2+ rows per kv head: integer dot products on the avx512_bf16 tier
-  // (which requires AVX512_VNNI), else its codes widened to f32.
-  const std::string i8_decode = bf16_tier ? "vpdpwssd, 16-bit Q and weights (avx512_bf16)" : "f32 (codes widened)";
-  // The layer's bf16-weight projections for 1-4 rows (decode): attend's GEMV on the avx512_bf16 tier
-  // (runtime/kernels/ukernel/bf16_gemv.hpp) unless ATTEND_BF16_GEMV=0, else oneDNN's matmul.
-  const char* gemv_env = std::getenv("ATTEND_BF16_GEMV");
-  const bool gemv_off = gemv_env && std::strcmp(gemv_env, "0") == 0;
-  const std::string bf16_decode = bf16_tier && !gemv_off
-                                      ? "attend gemv, vdpbf16ps, 1-4 rows (ATTEND_BF16_GEMV=0: oneDNN)"
-                                  : bf16_tier ? "oneDNN matmul (ATTEND_BF16_GEMV=0)"
-                                              : "oneDNN matmul";
   // The decode requests' rules (runtime/dispatch/registry.cpp): whose, and what they set.
   attend::DecodeTuning tuning;
   try {
@@ -147,6 +136,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attend-info: %s\n", e.what());
     return 1;
   }
+  // The 8-bit cache's decode of 2+ rows per kv head (and of one row, under the AMX Xeons' rules):
+  // integer dot products on the avx512_bf16 tier (which requires AVX512_VNNI), else its codes
+  // widened to f32.
+  const std::string i8_decode = !bf16_tier ? "f32 (codes widened)"
+                                : tuning.i8_one_row_integer
+                                    ? "vpdpwssd, 16-bit Q and weights (avx512_bf16), one row per kv head too"
+                                    : "vpdpwssd, 16-bit Q and weights (avx512_bf16), 2+ rows per kv head (one: f32)";
+  // The layer's bf16-weight projections for 1-4 rows (decode): attend's GEMV on the avx512_bf16 tier
+  // (runtime/kernels/ukernel/bf16_gemv.hpp) unless ATTEND_BF16_GEMV=0, else oneDNN's matmul.
+  const char* gemv_env = std::getenv("ATTEND_BF16_GEMV");
+  const bool gemv_off = gemv_env && std::strcmp(gemv_env, "0") == 0;
+  const std::string bf16_decode = bf16_tier && !gemv_off
+                                      ? "attend gemv, vdpbf16ps, 1-4 rows (ATTEND_BF16_GEMV=0: oneDNN)"
+                                  : bf16_tier ? "oneDNN matmul (ATTEND_BF16_GEMV=0)"
+                                              : "oneDNN matmul";
   std::string decode_rules =
       tuning.rules + (tuning.rules_from_environment ? " (ATTEND_DECODE_TUNING)" : " (cpu class)");
   if (tuning.l2_ahead_bytes > 0)
@@ -191,7 +195,7 @@ int main(int argc, char** argv) {
         "\"onednn_version\":\"%s\",\"onednn_isa\":\"%s\",\"fpmath_bf16\":\"%s\",\"i8_decode\":\"%s\","
         "\"bf16_decode_projections\":\"%s\","
         "\"decode_tuning\":\"%s\",\"decode_tuning_from_environment\":%s,\"decode_l2_ahead_bytes\":%lld,"
-        "\"decode_l2_page_starts\":%s,\"decode_overrides\":\"%s\","
+        "\"decode_l2_page_starts\":%s,\"decode_i8_one_row_integer\":%s,\"decode_overrides\":\"%s\","
         "\"numa_source\":\"%s\","
         "\"numa_nodes\":%s}\n",
         ATTEND_VERSION_STRING, escape(model).c_str(), escape(cls.name).c_str(), escape(cls.vendor).c_str(), cls.family,
@@ -200,7 +204,7 @@ int main(int argc, char** argv) {
         omp_get_max_threads(), onednn.c_str(), onednn_isa.c_str(), bf16_math.c_str(), i8_decode.c_str(),
         bf16_decode.c_str(), tuning.rules.c_str(), tuning.rules_from_environment ? "true" : "false",
         static_cast<long long>(tuning.l2_ahead_bytes), tuning.l2_page_starts ? "true" : "false",
-        tuning.overrides.c_str(), numa_source.c_str(), numa_json.c_str());
+        tuning.i8_one_row_integer ? "true" : "false", tuning.overrides.c_str(), numa_source.c_str(), numa_json.c_str());
   } else {
     std::printf("attend %s\n", ATTEND_VERSION_STRING);
     std::printf("cpu            %s\n", model.c_str());

@@ -104,6 +104,10 @@ struct DecodeTuning {
   /// Those requests take one line of each 4 KiB page (else every line); ATTEND_DECODE_L2_PAGES
   /// overrides
   bool l2_page_starts = false;
+  /// An 8-bit cache's one-row decode (one query row per kv head) runs the integer kernels a GQA
+  /// group's does (vpdpwssd on the avx512_bf16 tier), not the f32 ones (codes widened): the AMX
+  /// Xeons' rule
+  bool i8_one_row_integer = false;
   /// Which overrides were set: "ATTEND_DECODE_L2_AHEAD", "ATTEND_DECODE_L2_PAGES", joined by
   /// ", "; empty when none
   std::string overrides;

@@ -257,6 +257,7 @@ attend_status attend_decode_tuning(attend_decode_tuning_info* info) {
     out.rules_from_environment = t.rules_from_environment;
     out.l2_ahead_bytes = t.l2_ahead_bytes;
     out.l2_page_starts = t.l2_page_starts;
+    out.i8_one_row_integer = t.i8_one_row_integer;
   });
 }
 attend_status attend_isa_name(attend_isa i, const char** name) {

@@ -222,6 +222,8 @@ bool decode_k_l1_requests(kernels::KvType type, bool gqa, bool k_blocked) {
   return !((t == Tuning::amx_xeon || t == Tuning::zen5) && type == kernels::KvType::f32 && !gqa && k_blocked);
 }
 
+bool decode_i8_one_row_integer() { return env_decode().tuning == Tuning::amx_xeon; }
+
 Isa resolve(Isa requested) {
   if (requested != Isa::automatic) {
     if (!compiled_table(requested))
@@ -311,6 +313,7 @@ DecodeTuning decode_tuning() {
   t.rules_from_environment = e.tuning_set;
   t.l2_ahead_bytes = e.bytes;
   t.l2_page_starts = e.pages;
+  t.i8_one_row_integer = dispatch::decode_i8_one_row_integer();
   if (e.bytes_set) t.overrides = "ATTEND_DECODE_L2_AHEAD";
   if (e.pages_set) t.overrides += std::string(t.overrides.empty() ? "" : ", ") + "ATTEND_DECODE_L2_PAGES";
   return t;

@@ -322,6 +322,7 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     w.l2_ahead_bytes = p.row_blocks == 1 && dispatch::decode_l2_requests(pr.kv_type, gqa, pr.k_blocked) ? l2_ahead : 0;
     w.l2_pages = w.l2_ahead_bytes > 0 && dispatch::decode_l2_pages();
     w.no_k_l1_requests = p.row_blocks == 1 && !dispatch::decode_k_l1_requests(pr.kv_type, gqa, pr.k_blocked);
+    w.i8_one_row_integer = p.row_blocks == 1 && dispatch::decode_i8_one_row_integer();
     w.scale = pr.scale;
     w.softcap = pr.softcap;
     w.alibi = pr.alibi ? pr.alibi + h0 : nullptr;

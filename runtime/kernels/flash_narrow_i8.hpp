@@ -13,8 +13,8 @@
 // added error is 2⁻¹⁶ of the largest term where the codes themselves carry 2⁻⁸.
 //
 // Sums fit in 32 bits: |Q·K| ≤ 32767·127·D < 2³¹ for D ≤ 512, |P'·V| ≤ 32767·127·256 per tile of
-// kNarrowBlockKeys keys. The rest falls back to the f32 driver (flash_narrow): one row
-// (i8_integer_fits), head_dim > 512 or not
+// kNarrowBlockKeys keys. The rest falls back to the f32 driver (flash_narrow): one row except under
+// the AMX Xeons' rules (i8_integer_fits), head_dim > 512 or not
 // a multiple of 4, value_dim not a multiple of 32, a non-finite query (a rounded query would lose
 // it), and, per tile, non-finite weights (a NaN V scale a visible key carries).
 #pragma once
@@ -307,12 +307,18 @@ inline void i8_pv_finish(float* oacc, int64_t ldo, const float* alpha, const flo
 }
 
 // Whether a work item takes the integer kernels (else flash_narrow's f32 ones). One row (MHA
-// decode) stays f32: with the LLC flushed its integer version ran 2–5% slower than the f32 one
-// (D1's shape, 0.821–0.854 against 0.777–0.818 ms alternated in one process, whatever the
-// prefetch distances), though faster from L2 (0.020 against 0.024 ms): with one row the call is
-// bound by how its K and V streams overlap, not by arithmetic.
+// decode) takes them only where FlashWork::i8_one_row_integer says so (the AMX Xeons' rule), as a
+// pack of two with a zero padding row. On a Zen 4 the integer version ran 2–5% slower than the f32
+// one with the LLC flushed (D1's shape, 0.821–0.854 against 0.777–0.818 ms alternated in one
+// process, whatever the prefetch distances), though faster from L2 (0.020 against 0.024 ms): the
+// call was bound by how its K and V streams overlap, not by arithmetic. On an Emerald Rapids the
+// integer kernels (per 64 codes of a K line: two shuffles, two widenings and four vpdpwssd with the
+// padding row, against four widenings, four conversions and four FMAs) read D1's shape at 81–87%
+// of a read against the f32 kernels' 74–80%, and D4's at 83–91% against 77–82% (the decode driver,
+// alternated; session 47).
 inline bool i8_integer_fits(const FlashWork& w) {
-  return w.row_count >= 2 && w.k_blocked && w.head_dim % 4 == 0 && w.head_dim <= 512 && w.value_dim % 32 == 0;
+  return (w.row_count >= 2 || (w.row_count == 1 && w.i8_one_row_integer)) && w.k_blocked && w.head_dim % 4 == 0 &&
+         w.head_dim <= 512 && w.value_dim % 32 == 0;
 }
 
 template <class Arch>
@@ -321,7 +327,8 @@ void flash_narrow_i8(const FlashWork& w, float* scratch) {
   static_assert(T::W == 16, "AVX-512 only");
   constexpr int64_t ldsn = T::kNarrowBlockKeys;
   if (!i8_integer_fits(w)) return flash_narrow<Arch, I8>(w, scratch);
-  const NarrowRows R = narrow_rows<Arch>(w);
+  NarrowRows R = narrow_rows<Arch>(w);
+  R.row_pack = std::max(R.row_pack, 2);  // one row: a pack of two, the second a zero query (narrow_init)
   const Layout L = make_layout<Arch>(w.head_dim, w.value_dim, R.nr);
   const NarrowShared sh = narrow_shared<Arch>(scratch, L, R.depth, R.nr);
   const NarrowHead h = narrow_head(scratch, L);

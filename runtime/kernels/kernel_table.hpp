@@ -96,6 +96,9 @@ struct FlashWork {
   // Decode: leave K's next key group to the hardware prefetchers (no prefetcht0 of it while
   // scoring): dispatch::decode_k_l1_requests, per storage type, rows and machine class.
   bool no_k_l1_requests;
+  // Decode over an 8-bit cache: one query row per kv head takes the integer kernels too
+  // (flash_narrow_i8, a zero padding row), not the f32 ones. dispatch::decode_i8_one_row_integer.
+  bool i8_one_row_integer;
 
   float scale;  // multiplies Q·Kᵀ (folded into Q once)
 

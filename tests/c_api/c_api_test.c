@@ -465,6 +465,8 @@ int main(void) {
       CHECK(!strcmp(tuning.rules, "zen5")   ? tuning.l2_ahead_bytes == 65536 && tuning.l2_page_starts == 1
             : !strcmp(tuning.rules, "none") ? tuning.l2_ahead_bytes == 0 && tuning.l2_page_starts == 0
                                             : tuning.l2_ahead_bytes == 24576 && tuning.l2_page_starts == 0);
+      /* An 8-bit cache's one row on the integer kernels: the AMX Xeons' rule only. */
+      CHECK(tuning.i8_one_row_integer == !strcmp(tuning.rules, "amx_xeon"));
     }
     FAILS(attend_decode_tuning(NULL), ATTEND_ERROR_INVALID_ARGUMENT, "attend_decode_tuning");
   }

@@ -120,7 +120,7 @@ TEST(Dispatch, UnknownEnvironmentValueThrows) {
 // 64 KiB ahead on a Zen 5 (f32 GQA groups over a blocked K and one row over a row-major K, and one
 // row of a 16-bit K/V), none
 // elsewhere; K's L1 requests for one f32 row over a blocked K dropped on the AMX Xeons and a Zen 5
-// only.
+// only; an 8-bit cache's one row on the integer kernels on the AMX Xeons only.
 TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
   if (std::getenv("ATTEND_DECODE_L2_AHEAD")) GTEST_SKIP() << "ATTEND_DECODE_L2_AHEAD overrides the distance";
   if (std::getenv("ATTEND_DECODE_L2_PAGES")) GTEST_SKIP() << "ATTEND_DECODE_L2_PAGES overrides the request kind";
@@ -147,6 +147,9 @@ TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
   EXPECT_EQ(told.l2_ahead_bytes, dispatch::decode_l2_ahead_bytes());
   EXPECT_EQ(told.l2_page_starts, pages);
   EXPECT_EQ(told.overrides, "");
+  // An 8-bit cache's one-row decode on the integer kernels: the AMX Xeons' rule only.
+  EXPECT_EQ(dispatch::decode_i8_one_row_integer(), tuning == "amx_xeon");
+  EXPECT_EQ(told.i8_one_row_integer, tuning == "amx_xeon");
   using kernels::KvType;
   if (pages) {
     for (bool blocked : {false, true}) {

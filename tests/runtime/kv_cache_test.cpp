@@ -139,17 +139,17 @@ TEST_P(CachedAttention, NonFiniteTokenOutsideTheWindowStaysOut) {
 // its arithmetic, against the reference over the stored values at its bound, and the f32 kernels
 // (avx512) on the same cache: the largest depth whose sums fit 32 bits (D 512, every K code 127 and
 // every query code 32767: Σ = 512·127·32767, 99.2% of 2³¹, and V codes ±127 with equal weights
-// across whole tiles) and one past it (D 528, the f32 fallback); groups of 2, 3 (a padding row), 4
-// and 8 rows; 1001 keys (an odd last key, paired with a zero weight), 2600 and (D 64) 8300 keys
-// (split-K ranges: an i8 cache splits from 8192 keys, the f32 kernels from 1024); a
-// non-finite query (the f32 fallback: the rounded query would lose it) and a NaN V token a row sees
-// (its tile's P·V in f32: the row's output is NaN, as the reference's).
+// across whole tiles) and one past it (D 528, the f32 fallback); groups of 1 (integer under the
+// AMX Xeons' rules, with a padding row), 2, 3 (a padding row), 4 and 8 rows; 1001 keys (an odd last key, paired with a
+// zero weight), 2600 and (D 64) 8300 keys (split-K ranges: an i8 cache splits from 8192 keys, the f32 kernels from
+// 1024); a non-finite query (the f32 fallback: the rounded query would lose it) and a NaN V token a row sees (its
+// tile's P·V in f32: the row's output is NaN, as the reference's).
 TEST(I8IntegerDecode, EdgesOfItsSumsMatchTheReference) {
   const auto isas = supported_isas();
   if (std::find(isas.begin(), isas.end(), Isa::avx512_bf16) == isas.end())
     GTEST_SKIP() << "this CPU has no AVX512_BF16 + AVX512_VNNI: the integer decode is not built for it";
   for (int64_t D : {512, 528, 64})
-    for (int64_t G : {2, 3, 4, 8})
+    for (int64_t G : {1, 2, 3, 4, 8})
       for (int64_t total : {1001, 2600, 8300})
         for (int special : {0, 1, 2}) {  // 0 none, 1 NaN query element, 2 NaN V token seen by all
           if (total == 8300 && D != 64) continue;
@@ -167,7 +167,7 @@ TEST(I8IntegerDecode, EdgesOfItsSumsMatchTheReference) {
             k = random_values(rng, k.size());
             v = random_values(rng, v.size());
           }
-          if (special == 1) q[static_cast<size_t>(D + 3)] = NAN;  // row 1 of kv head 0
+          if (special == 1) q[static_cast<size_t>(D + 3)] = NAN;  // row 1 (kv head 0's, or kv head 1's)
           if (special == 2)
             for (int64_t h = 0; h < Hkv; ++h) v[static_cast<size_t>((h * total + total / 2) * D + 5)] = NAN;
           std::vector<float> ref_k = k, ref_v = v;
@@ -208,6 +208,53 @@ TEST(I8IntegerDecode, EdgesOfItsSumsMatchTheReference) {
             EXPECT_TRUE(close_to(got, clean, stored_values_tolerance(isa, DType::i8)));
           }
         }
+}
+
+// One query row per kv head over an 8-bit cache (MHA decode): where the decode rules put it on the
+// integer kernels (DecodeTuning::i8_one_row_integer: the AMX Xeons'; ctest runs this suite under
+// every class's rules), its output is bitwise row 0 of a GQA pair's over the same cache — the same
+// kernels, the pair's second row in the padding row's place — and elsewhere it is not (the f32
+// kernels); within the bound of the reference over the stored values either way.
+TEST(I8IntegerDecode, OneRowTakesTheIntegerKernelsWhereTheRulesSay) {
+  const auto isas = supported_isas();
+  if (std::find(isas.begin(), isas.end(), Isa::avx512_bf16) == isas.end())
+    GTEST_SKIP() << "this CPU has no AVX512_BF16 + AVX512_VNNI: the integer decode is not built for it";
+  const bool integer = decode_tuning().i8_one_row_integer;
+  const int64_t D = 128, Hkv = 3;
+  for (int64_t total : {17, 300, 1001}) {
+    SCOPED_TRACE("total=" + std::to_string(total));
+    std::mt19937 rng(static_cast<uint32_t>(total));
+    const std::vector<float> k = random_values(rng, static_cast<size_t>(Hkv * total * D));
+    const std::vector<float> v = random_values(rng, k.size());
+    const std::vector<float> q1 = random_values(rng, static_cast<size_t>(Hkv * D));
+    std::vector<float> q2 = random_values(rng, static_cast<size_t>(2 * Hkv * D));
+    for (int64_t h = 0; h < Hkv; ++h)  // the pair's first row is the single row
+      std::copy_n(q1.begin() + h * D, D, q2.begin() + 2 * h * D);
+    KVCache cache({Hkv, D, 1, total, DType::i8});
+    const TensorView::Dims strides{0, total * D, D, 1};
+    cache.append(0, TensorView(k.data(), {1, Hkv, total - 1, D}, strides),
+                 TensorView(v.data(), {1, Hkv, total - 1, D}, strides));
+    SdpaOptions opt;
+    opt.isa = Isa::avx512_bf16;
+    const int64_t seqs[] = {0};
+    auto step = [&](const std::vector<float>& q, int64_t rows) {
+      std::vector<float> o(q.size());
+      cache.truncate(0, total - 1);
+      cached_attention(TensorView::dense(q.data(), {1, rows, 1, D}),
+                       TensorView(k.data() + (total - 1) * D, {1, Hkv, 1, D}, strides),
+                       TensorView(v.data() + (total - 1) * D, {1, Hkv, 1, D}, strides), cache, seqs,
+                       TensorView::dense(o.data(), {1, rows, 1, D}), opt);
+      return o;
+    };
+    const std::vector<float> one = step(q1, Hkv), pair = step(q2, 2 * Hkv);
+    std::vector<float> first(one.size());
+    for (int64_t h = 0; h < Hkv; ++h) std::copy_n(pair.begin() + 2 * h * D, D, first.begin() + h * D);
+    EXPECT_EQ(std::memcmp(one.data(), first.data(), sizeof(float) * one.size()) == 0, integer)
+        << (integer ? "one row did not take the integer kernels" : "one row took the integer kernels");
+    std::vector<float> ref_k = k, ref_v = v;
+    const auto want = reference_over_stored(q1, ref_k, ref_v, 1, Hkv, Hkv, 1, total, D, 0, DType::i8);
+    EXPECT_TRUE(close_to(one, want, stored_values_tolerance(Isa::avx512_bf16, DType::i8)));
+  }
 }
 
 // The i8 quantisation of one row: scale max|x|/127, every element within half a step of its
