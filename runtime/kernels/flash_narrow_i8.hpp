@@ -141,7 +141,7 @@ template <int NR, int G>
   }
 }
 
-// Blocks per call for NR rows (2, 4 or 8): 16 accumulators.
+// Blocks per call for NR rows (1, 2, 4 or 8): 16 accumulators (one row: 8).
 constexpr int i8_group(int nr) { return nr >= 8 ? 1 : nr == 4 ? 2 : 4; }
 
 // How far ahead of the blocks being scored K is requested, and V ahead of the rows being summed,
@@ -182,6 +182,7 @@ inline void i8_scores_dispatch(int row_pack, const I8* const* blk, const float* 
                                int64_t known, int64_t depth, const int32_t* qv, const float* qs, float* s, int64_t lds,
                                int packs, int64_t l2_blocks, bool l2_pages) {
   switch (row_pack) {
+    case 1: return i8_scores_run<1>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks, l2_pages);
     case 2: return i8_scores_run<2>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks, l2_pages);
     case 4: return i8_scores_run<4>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks, l2_pages);
     default: return i8_scores_run<8>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks, l2_pages);
@@ -253,7 +254,7 @@ template <int NR, int CV>
     for (int i = 0; i < 2 * CV; ++i) _mm512_store_si512(acc + r * ldacc + i * 16, a[r][i]);
 }
 
-// Chunks of 32 value columns per pass for NR rows (2, 4 or 8): 16 accumulators for two rows and
+// Chunks of 32 value columns per pass for NR rows (1, 2, 4 or 8): 16 accumulators for two rows and
 // eight, 32 for four — a group of four at D 128 in one pass over each V row instead of two passes
 // of 64 columns (one line of each 128-byte row), the second reading the tile from L2 after its
 // bytes had arrived, with no request in flight. The compiler keeps about seven of the 32 on the
@@ -283,6 +284,7 @@ inline void i8_pv_dispatch(int rows, const int8_t* v, int64_t ldv, const int16_t
                            int32_t* acc, int64_t ldacc, int64_t value_dim, int64_t pf_keys, int64_t pf_limit,
                            const PvAhead& ahead) {
   switch (rows) {
+    case 1: return i8_pv_passes<1>(v, ldv, w, ldw, pairs, acc, ldacc, value_dim, pf_keys, pf_limit, ahead);
     case 2: return i8_pv_passes<2>(v, ldv, w, ldw, pairs, acc, ldacc, value_dim, pf_keys, pf_limit, ahead);
     case 4: return i8_pv_passes<4>(v, ldv, w, ldw, pairs, acc, ldacc, value_dim, pf_keys, pf_limit, ahead);
     default: return i8_pv_passes<8>(v, ldv, w, ldw, pairs, acc, ldacc, value_dim, pf_keys, pf_limit, ahead);
@@ -307,15 +309,15 @@ inline void i8_pv_finish(float* oacc, int64_t ldo, const float* alpha, const flo
 }
 
 // Whether a work item takes the integer kernels (else flash_narrow's f32 ones). One row (MHA
-// decode) takes them only where FlashWork::i8_one_row_integer says so (the AMX Xeons' rule), as a
-// pack of two with a zero padding row. On a Zen 4 the integer version ran 2–5% slower than the f32
-// one with the LLC flushed (D1's shape, 0.821–0.854 against 0.777–0.818 ms alternated in one
-// process, whatever the prefetch distances), though faster from L2 (0.020 against 0.024 ms): the
-// call was bound by how its K and V streams overlap, not by arithmetic. On an Emerald Rapids the
-// integer kernels (per 64 codes of a K line: two shuffles, two widenings and four vpdpwssd with the
-// padding row, against four widenings, four conversions and four FMAs) read D1's shape at 81–87%
-// of a read against the f32 kernels' 74–80%, and D4's at 83–91% against 77–82% (the decode driver,
-// alternated; session 47).
+// decode) takes them only where FlashWork::i8_one_row_integer says so (the AMX Xeons' rule). On a
+// Zen 4 the integer version ran 2–5% slower than the f32 one with the LLC flushed (D1's shape,
+// 0.821–0.854 against 0.777–0.818 ms alternated in one process, whatever the prefetch distances),
+// though faster from L2 (0.020 against 0.024 ms): the call was bound by how its K and V streams
+// overlap, not by arithmetic. On an Emerald Rapids (per 64 codes of a K line: two shuffles, two
+// widenings and two vpdpwssd, against four widenings, four conversions and four FMAs) it reads
+// D1's shape at 86–90% of a read against the f32 kernels' 78–82%, and D4's at 86–94% against
+// 77–82% (attend-bench alternated, session 47; as a pack of two with a zero padding row, the
+// first version, 84–87%).
 inline bool i8_integer_fits(const FlashWork& w) {
   return (w.row_count >= 2 || (w.row_count == 1 && w.i8_one_row_integer)) && w.k_blocked && w.head_dim % 4 == 0 &&
          w.head_dim <= 512 && w.value_dim % 32 == 0;
@@ -328,7 +330,6 @@ void flash_narrow_i8(const FlashWork& w, float* scratch) {
   constexpr int64_t ldsn = T::kNarrowBlockKeys;
   if (!i8_integer_fits(w)) return flash_narrow<Arch, I8>(w, scratch);
   NarrowRows R = narrow_rows<Arch>(w);
-  R.row_pack = std::max(R.row_pack, 2);  // one row: a pack of two, the second a zero query (narrow_init)
   const Layout L = make_layout<Arch>(w.head_dim, w.value_dim, R.nr);
   const NarrowShared sh = narrow_shared<Arch>(scratch, L, R.depth, R.nr);
   const NarrowHead h = narrow_head(scratch, L);

@@ -97,7 +97,7 @@ struct FlashWork {
   // scoring): dispatch::decode_k_l1_requests, per storage type, rows and machine class.
   bool no_k_l1_requests;
   // Decode over an 8-bit cache: one query row per kv head takes the integer kernels too
-  // (flash_narrow_i8, a zero padding row), not the f32 ones. dispatch::decode_i8_one_row_integer.
+  // (flash_narrow_i8's one-row instances), not the f32 ones. dispatch::decode_i8_one_row_integer.
   bool i8_one_row_integer;
 
   float scale;  // multiplies Q·Kᵀ (folded into Q once)

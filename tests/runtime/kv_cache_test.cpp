@@ -140,7 +140,7 @@ TEST_P(CachedAttention, NonFiniteTokenOutsideTheWindowStaysOut) {
 // (avx512) on the same cache: the largest depth whose sums fit 32 bits (D 512, every K code 127 and
 // every query code 32767: Σ = 512·127·32767, 99.2% of 2³¹, and V codes ±127 with equal weights
 // across whole tiles) and one past it (D 528, the f32 fallback); groups of 1 (integer under the
-// AMX Xeons' rules, with a padding row), 2, 3 (a padding row), 4 and 8 rows; 1001 keys (an odd last key, paired with a
+// AMX Xeons' rules), 2, 3 (a padding row), 4 and 8 rows; 1001 keys (an odd last key, paired with a
 // zero weight), 2600 and (D 64) 8300 keys (split-K ranges: an i8 cache splits from 8192 keys, the f32 kernels from
 // 1024); a non-finite query (the f32 fallback: the rounded query would lose it) and a NaN V token a row sees (its
 // tile's P·V in f32: the row's output is NaN, as the reference's).
@@ -212,9 +212,9 @@ TEST(I8IntegerDecode, EdgesOfItsSumsMatchTheReference) {
 
 // One query row per kv head over an 8-bit cache (MHA decode): where the decode rules put it on the
 // integer kernels (DecodeTuning::i8_one_row_integer: the AMX Xeons'; ctest runs this suite under
-// every class's rules), its output is bitwise row 0 of a GQA pair's over the same cache — the same
-// kernels, the pair's second row in the padding row's place — and elsewhere it is not (the f32
-// kernels); within the bound of the reference over the stored values either way.
+// every class's rules), its output is bitwise row 0 of a GQA pair's over the same cache — each
+// row's integer sums and scales are its own — and elsewhere it is not (the f32 kernels); within the
+// bound of the reference over the stored values either way.
 TEST(I8IntegerDecode, OneRowTakesTheIntegerKernelsWhereTheRulesSay) {
   const auto isas = supported_isas();
   if (std::find(isas.begin(), isas.end(), Isa::avx512_bf16) == isas.end())
