@@ -329,7 +329,7 @@ void flash_narrow_i8(const FlashWork& w, float* scratch) {
   static_assert(T::W == 16, "AVX-512 only");
   constexpr int64_t ldsn = T::kNarrowBlockKeys;
   if (!i8_integer_fits(w)) return flash_narrow<Arch, I8>(w, scratch);
-  NarrowRows R = narrow_rows<Arch>(w);
+  const NarrowRows R = narrow_rows<Arch>(w);
   const Layout L = make_layout<Arch>(w.head_dim, w.value_dim, R.nr);
   const NarrowShared sh = narrow_shared<Arch>(scratch, L, R.depth, R.nr);
   const NarrowHead h = narrow_head(scratch, L);
