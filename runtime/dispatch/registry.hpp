@@ -60,8 +60,8 @@ bool decode_k_l1_requests(kernels::KvType type, bool gqa, bool k_blocked);
 /// kernels (kernels::FlashWork::i8_one_row_integer; the avx512_bf16 tier's vpdpwssd, as a GQA
 /// group's) instead of the f32 ones over widened codes: on the AMX Xeons (an Emerald Rapids, D1's
 /// and D4's shapes: 77–82 → 86–94% of a read, attend-bench alternated; session 47). Not on the
-/// Zen classes: a Zen 4 ran the integer version 2–5% slower (flash_narrow_i8.hpp), and a Zen 5
-/// ran an 8-bit variant of it no faster (session 43); neither measured with today's kernels.
+/// Zen classes: a Zen 5 ran the integer version 2–5% slower (session 22, flash_narrow_i8.hpp) and
+/// an 8-bit variant of it no faster (session 43); a Zen 4 never measured it; not remeasured since.
 bool decode_i8_one_row_integer();
 
 }  // namespace attend::dispatch

@@ -310,10 +310,10 @@ inline void i8_pv_finish(float* oacc, int64_t ldo, const float* alpha, const flo
 
 // Whether a work item takes the integer kernels (else flash_narrow's f32 ones). One row (MHA
 // decode) takes them only where FlashWork::i8_one_row_integer says so (the AMX Xeons' rule). On a
-// Zen 4 the integer version ran 2–5% slower than the f32 one with the LLC flushed (D1's shape,
+// Zen 5 the integer version ran 2–5% slower than the f32 one with the LLC flushed (D1's shape,
 // 0.821–0.854 against 0.777–0.818 ms alternated in one process, whatever the prefetch distances),
-// though faster from L2 (0.020 against 0.024 ms): the call was bound by how its K and V streams
-// overlap, not by arithmetic. On an Emerald Rapids (per 64 codes of a K line: two shuffles, two
+// though faster from L2 (0.020 against 0.024 ms; session 22): the call was bound by how its K and V
+// streams overlap, not by arithmetic. On an Emerald Rapids (per 64 codes of a K line: two shuffles, two
 // widenings and two vpdpwssd, against four widenings, four conversions and four FMAs) it reads
 // D1's shape at 86–90% of a read against the f32 kernels' 78–82%, and D4's at 86–94% against
 // 77–82% (attend-bench alternated, session 47; as a pack of two with a zero padding row, the
