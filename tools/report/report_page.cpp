@@ -134,6 +134,64 @@ Roofline roofline_of(const BenchRun& run) {
   return r;
 }
 
+namespace {
+
+// One bar per entry of a run where value(e) > 0: categories group/shape, series the implementation,
+// both in the order they first appear.
+template <class Value>
+void fill_entry_bars(BarChart& c, const BenchRun& run, Value value) {
+  for (const BenchEntry& e : run.entries) {
+    if (!(value(e) > 0)) continue;
+    const std::string cat = e.group + "/" + e.shape;
+    if (std::find(c.categories.begin(), c.categories.end(), cat) == c.categories.end()) c.categories.push_back(cat);
+    if (std::find(c.series.begin(), c.series.end(), e.impl) == c.series.end()) c.series.push_back(e.impl);
+  }
+  c.values.assign(c.series.size(), std::vector<double>(c.categories.size(), NAN));
+  for (const BenchEntry& e : run.entries) {
+    const double v = value(e);
+    if (!(v > 0)) continue;
+    const auto ci = std::find(c.categories.begin(), c.categories.end(), e.group + "/" + e.shape);
+    const auto si = std::find(c.series.begin(), c.series.end(), e.impl);
+    c.values[static_cast<size_t>(si - c.series.begin())][static_cast<size_t>(ci - c.categories.begin())] = v;
+  }
+}
+
+// One bar per run for each entry that has(run, entry) holds for in two runs or more (the entries in
+// the order they first appear), at value(run, entry).
+template <class Has, class Value>
+void fill_across_bars(BarChart& c, const std::vector<BenchRun>& runs, Has has, Value value) {
+  for (const BenchRun& r : runs) c.series.push_back(r.label);
+  std::vector<std::string> names;
+  for (const BenchRun& r : runs)
+    for (const BenchEntry& e : r.entries) {
+      if (!has(r, e) || std::find(names.begin(), names.end(), e.name) != names.end()) continue;
+      int in = 0;
+      for (const BenchRun& o : runs)
+        if (const BenchEntry* x = o.find(e.group, e.impl, e.shape); x && has(o, *x)) ++in;
+      if (in >= 2) names.push_back(e.name);
+    }
+  c.categories = names;
+  c.values.assign(runs.size(), std::vector<double>(names.size(), NAN));
+  for (size_t ri = 0; ri < runs.size(); ++ri)
+    for (size_t ni = 0; ni < names.size(); ++ni)
+      for (const BenchEntry& e : runs[ri].entries)
+        if (e.name == names[ni]) c.values[ri][ni] = value(runs[ri], e);
+}
+
+// A decode entry's paired share of a read (stream_pct), or −1 where it has none.
+double decode_share(const BenchEntry& e) {
+  return e.group == "stream" || !charted(e) ? -1.0 : counter_of(e, "stream_pct");
+}
+
+void share_axis(BarChart& c) {
+  c.value_label = "% of the read timed right after each call (median of the per-call ratios)";
+  c.value_format = "%";
+  c.reference = 100.0;
+  c.reference_label = "the read";
+}
+
+}  // namespace
+
 BarChart decode_bandwidth_chart(const BenchRun& run) {
   BarChart c;
   c.title = "Decode bandwidth per core, " + run.label + " (" + std::to_string(run.threads) + " threads)";
@@ -144,20 +202,10 @@ BarChart decode_bandwidth_chart(const BenchRun& run) {
     c.reference = per_core_read;
     c.reference_label = "plain read " + fmt(per_core_read, "%.1f");
   }
-  for (const BenchEntry& e : run.entries) {
-    if (e.shape.empty() || e.shape[0] != 'D' || !(e.gbps > 0) || e.group == "stream" || !charted(e)) continue;
-    const std::string cat = e.group + "/" + e.shape;
-    if (std::find(c.categories.begin(), c.categories.end(), cat) == c.categories.end()) c.categories.push_back(cat);
-    if (std::find(c.series.begin(), c.series.end(), e.impl) == c.series.end()) c.series.push_back(e.impl);
-  }
-  c.values.assign(c.series.size(), std::vector<double>(c.categories.size(), NAN));
-  for (const BenchEntry& e : run.entries) {
-    auto ci = std::find(c.categories.begin(), c.categories.end(), e.group + "/" + e.shape);
-    auto si = std::find(c.series.begin(), c.series.end(), e.impl);
-    if (ci == c.categories.end() || si == c.series.end() || !(e.gbps > 0) || !charted(e)) continue;
-    c.values[static_cast<size_t>(si - c.series.begin())][static_cast<size_t>(ci - c.categories.begin())] =
-        e.gbps / run.threads;
-  }
+  fill_entry_bars(c, run, [&](const BenchEntry& e) {
+    const bool decode = !e.shape.empty() && e.shape[0] == 'D' && e.group != "stream" && charted(e);
+    return decode && e.gbps > 0 ? e.gbps / run.threads : -1.0;
+  });
   return c;
 }
 
@@ -165,52 +213,18 @@ BarChart decode_share_chart(const BenchRun& run) {
   BarChart c;
   c.title = "Decode against a plain read of the same bytes (paired), " + run.label + " (" +
             std::to_string(run.threads) + " threads)";
-  c.value_label = "% of the read timed right after each call (median of the per-call ratios)";
-  c.value_format = "%";
-  c.reference = 100.0;
-  c.reference_label = "the read";
-  for (const BenchEntry& e : run.entries) {
-    if (e.group == "stream" || !charted(e) || counter_of(e, "stream_pct") <= 0) continue;
-    const std::string cat = e.group + "/" + e.shape;
-    if (std::find(c.categories.begin(), c.categories.end(), cat) == c.categories.end()) c.categories.push_back(cat);
-    if (std::find(c.series.begin(), c.series.end(), e.impl) == c.series.end()) c.series.push_back(e.impl);
-  }
-  c.values.assign(c.series.size(), std::vector<double>(c.categories.size(), NAN));
-  for (const BenchEntry& e : run.entries) {
-    auto ci = std::find(c.categories.begin(), c.categories.end(), e.group + "/" + e.shape);
-    auto si = std::find(c.series.begin(), c.series.end(), e.impl);
-    if (ci == c.categories.end() || si == c.series.end() || !charted(e)) continue;
-    c.values[static_cast<size_t>(si - c.series.begin())][static_cast<size_t>(ci - c.categories.begin())] =
-        counter_of(e, "stream_pct");
-  }
+  share_axis(c);
+  fill_entry_bars(c, run, decode_share);
   return c;
 }
 
 BarChart across_machines_share_chart(const std::vector<BenchRun>& runs) {
   BarChart c;
   c.title = "Decode across machines: share of each machine's plain read of the same bytes (paired)";
-  c.value_label = "% of the read timed right after each call (median of the per-call ratios)";
-  c.value_format = "%";
-  c.reference = 100.0;
-  c.reference_label = "the read";
-  for (const BenchRun& r : runs) c.series.push_back(r.label);
-  // Entries with a decode share in at least two runs, in the order they first appear.
-  std::vector<std::string> names;
-  for (const BenchRun& r : runs)
-    for (const BenchEntry& e : r.entries) {
-      if (e.group == "stream" || !charted(e) || counter_of(e, "stream_pct") <= 0) continue;
-      if (std::find(names.begin(), names.end(), e.name) != names.end()) continue;
-      int in = 0;
-      for (const BenchRun& o : runs)
-        if (const BenchEntry* x = o.find(e.group, e.impl, e.shape); x && counter_of(*x, "stream_pct") > 0) ++in;
-      if (in >= 2) names.push_back(e.name);
-    }
-  c.categories = names;
-  c.values.assign(runs.size(), std::vector<double>(names.size(), NAN));
-  for (size_t ri = 0; ri < runs.size(); ++ri)
-    for (size_t ni = 0; ni < names.size(); ++ni)
-      for (const BenchEntry& e : runs[ri].entries)
-        if (e.name == names[ni]) c.values[ri][ni] = counter_of(e, "stream_pct");
+  share_axis(c);
+  fill_across_bars(
+      c, runs, [](const BenchRun&, const BenchEntry& e) { return decode_share(e) > 0; },
+      [](const BenchRun&, const BenchEntry& e) { return decode_share(e) > 0 ? decode_share(e) : NAN; });
   return c;
 }
 
@@ -220,25 +234,12 @@ BarChart across_machines_chart(const std::vector<BenchRun>& runs) {
   c.value_label = "speed-up: oneDNN time / attend time (median)";
   c.reference = 1.0;
   c.reference_label = "oneDNN";
-  for (const BenchRun& r : runs) c.series.push_back(r.label);
-  // Entries with a baseline in at least two runs, in the first run's order.
-  std::vector<std::string> names;
-  for (const BenchRun& r : runs)
-    for (const BenchEntry& e : r.entries) {
-      if (!charted(e) || !baseline_of(r, e)) continue;
-      if (std::find(names.begin(), names.end(), e.name) != names.end()) continue;
-      int in = 0;
-      for (const BenchRun& o : runs)
-        if (const BenchEntry* x = o.find(e.group, e.impl, e.shape); x && baseline_of(o, *x)) ++in;
-      if (in >= 2) names.push_back(e.name);
-    }
-  c.categories = names;
-  c.values.assign(runs.size(), std::vector<double>(names.size(), NAN));
-  for (size_t ri = 0; ri < runs.size(); ++ri)
-    for (size_t ni = 0; ni < names.size(); ++ni)
-      for (const BenchEntry& e : runs[ri].entries)
-        if (e.name == names[ni])
-          if (const BenchEntry* b = baseline_of(runs[ri], e); b && e.ms > 0) c.values[ri][ni] = b->ms / e.ms;
+  fill_across_bars(
+      c, runs, [](const BenchRun& r, const BenchEntry& e) { return charted(e) && baseline_of(r, e) != nullptr; },
+      [](const BenchRun& r, const BenchEntry& e) {
+        const BenchEntry* b = baseline_of(r, e);
+        return b && e.ms > 0 ? b->ms / e.ms : NAN;
+      });
   return c;
 }
 
