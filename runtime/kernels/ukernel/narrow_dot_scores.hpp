@@ -82,12 +82,28 @@ template <class Arch, int NR, class E>
     const char* l2_run = l2_in_order ? reinterpret_cast<const char*>(l2 + j * ldk) : nullptr;
     const char* l2_end =
         l2_in_order ? reinterpret_cast<const char*>(l2 + (j + KG < l2_keys ? j + KG : l2_keys) * ldk) : nullptr;
+    // A whole run (KG rows of depth elements: KG·depth·sizeof(E) / 64 lines, at most KG per depth
+    // step) needs no bound checks when a step's KG lines hold W elements of each of KG rows, i.e.
+    // the run's lines are exactly KG per step (f32: 16 elements a line). Emerald Rapids, one
+    // thread, sdpa decode with a GQA group of four (2 kv heads × 512 keys, L2-resident): 28.7 →
+    // 27.1 µs a step; two threads from memory (sdpa/attend/D2, alternated) unchanged at 90–92%.
+    constexpr bool kLinePerStep = W * static_cast<int>(sizeof(E)) == 64;
+    const bool whole = kLinePerStep && in_order && run_end - run == KG * depth * static_cast<int64_t>(sizeof(E));
+    const bool l2_whole =
+        kLinePerStep && l2_in_order && !l2_pages && l2_end - l2_run == KG * depth * static_cast<int64_t>(sizeof(E));
     for (int i = 0; i < W; ++i) acc[i] = B(0.0f);
     for (int64_t d = 0; d < depth; d += W) {
-      if (l2_in_order)
+      if (l2_whole) {
+        for (int k = 0; k < KG; ++k) __builtin_prefetch(l2_run + 64 * k, 0, 2);
+        l2_run += 64 * KG;
+      } else if (l2_in_order) {
         for (int k = 0; k < KG; ++k, l2_run += 64)
           if (l2_run < l2_end && (!l2_pages || starts_page(l2_run))) __builtin_prefetch(l2_run, 0, 2);
-      if (in_order) {
+      }
+      if (whole) {
+        for (int k = 0; k < KG; ++k) __builtin_prefetch(run + 64 * k, 0, 3);
+        run += 64 * KG;
+      } else if (in_order) {
         for (int k = 0; k < KG; ++k, run += 64)
           if (run < run_end) __builtin_prefetch(run, 0, 3);
       } else if (pf) {
