@@ -306,6 +306,51 @@ TEST(I8Quantisation, CodesRoundHalfWayToEven) {
   EXPECT_TRUE(std::isnan(numeric::quantize_i8_row(nan_row.data(), 16, q.data())));
 }
 
+// quantize_i8 against its definition element by element (scale max|x| / 127 from std::fabs, codes
+// std::nearbyint(x / s) clamped to ±127), over row lengths around its chunks of 64, with the codes
+// put to every 16th byte as a K row's are, the largest magnitude anywhere in the row (also the last
+// element, and a subnormal row), and each kind of non-finite element (a negative NaN too: its bits
+// without the sign still read as non-finite) making a NaN scale and zero codes.
+TEST(I8Quantisation, ChunkedRowsMatchTheDefinition) {
+  std::mt19937 rng(12);
+  for (int64_t n : {1, 7, 17, 63, 64, 65, 128, 129, 513, 576}) {
+    for (int where : {0, 1, 2}) {  // the largest magnitude: first, last, random
+      std::vector<float> x = random_values(rng, static_cast<size_t>(n), -2.0f, 2.0f);
+      const size_t at = where == 0 ? 0 : where == 1 ? static_cast<size_t>(n - 1) : rng() % static_cast<size_t>(n);
+      x[at] = (rng() & 1) ? 3.5f : -3.5f;
+      if (n > 3) x[1] = -0.0f;
+      for (float scale : {1.0f, 1e-39f}) {  // 1e-39: every element subnormal
+        std::vector<float> y = x;
+        for (float& e : y) e *= scale;
+        float amax = 0.0f;
+        for (float e : y) amax = std::max(amax, std::fabs(e));
+        const float want_s = amax / 127.0f;
+        std::vector<int8_t> strided(static_cast<size_t>(16 * n), 99);
+        const float s = numeric::quantize_i8(
+            n, [&](int64_t d) { return y[static_cast<size_t>(d)]; },
+            [&](int64_t d, int8_t q) { strided[static_cast<size_t>(16 * d)] = q; });
+        ASSERT_EQ(s, want_s) << n;
+        for (int64_t d = 0; d < n; ++d) {
+          const int8_t want = want_s == 0.0f
+                                  ? int8_t{0}
+                                  : static_cast<int8_t>(std::clamp(std::nearbyint(y[static_cast<size_t>(d)] / want_s),
+                                                                   -127.0f, 127.0f));
+          ASSERT_EQ(strided[static_cast<size_t>(16 * d)], want) << "n " << n << " d " << d;
+          ASSERT_EQ(strided[static_cast<size_t>(16 * d + 1)], 99);  // nothing between
+        }
+      }
+    }
+    for (float bad :
+         {INFINITY, -INFINITY, std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN()}) {
+      std::vector<float> y = random_values(rng, static_cast<size_t>(n), -1.0f, 1.0f);
+      y[static_cast<size_t>(n - 1)] = bad;
+      std::vector<int8_t> q(static_cast<size_t>(n), 99);
+      EXPECT_TRUE(std::isnan(numeric::quantize_i8_row(y.data(), n, q.data()))) << n << " " << bad;
+      for (int8_t c : q) ASSERT_EQ(c, 0);
+    }
+  }
+}
+
 // An i8 cache takes a quarter of the f32 bytes for K and V, plus one f32 scale per token row.
 TEST(I8Quantisation, MemoryIsAQuarterPlusScales) {
   const KVCache f32({4, 128, 2, 1000, DType::f32}), i8({4, 128, 2, 1000, DType::i8});
