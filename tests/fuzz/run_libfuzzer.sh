@@ -15,7 +15,8 @@ clang++ -fsanitize=fuzzer "$2/fuzz_probe.cpp" -o "$2/fuzz_probe" 2>/dev/null || 
   echo "SKIPPED: clang++ cannot link libFuzzer (install libclang-rt-dev)"
   exit 77
 }
-cmake -S "$src/tests/fuzz" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S "$src/tests/fuzz" -B "$build" -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" >/dev/null
 targets="${FUZZ_TARGETS:-safetensors npy api}"
 for t in $targets; do cmake --build "$build" -j "$(nproc)" --target "fuzz_$t" >/dev/null; done
 mkdir -p "$build/artifacts"
