@@ -540,6 +540,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("decode_l2_ahead_bytes", std::to_string(tuning.l2_ahead_bytes));
   benchmark::AddCustomContext("decode_l2_page_starts", tuning.l2_page_starts ? "1" : "0");
   benchmark::AddCustomContext("decode_i8_one_row_integer", tuning.i8_one_row_integer ? "1" : "0");
+  benchmark::AddCustomContext("decode_hardware_stream", tuning.hardware_stream ? "1" : "0");
   if (!tuning.overrides.empty()) benchmark::AddCustomContext("decode_overrides", tuning.overrides);
   // What the cache/ and layer/ entries store and read, so collected results say it themselves.
   benchmark::AddCustomContext(

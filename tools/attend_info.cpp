@@ -160,6 +160,7 @@ int main(int argc, char** argv) {
                     " ahead, " + (tuning.l2_page_starts ? "one line per 4 KiB page" : "every line");
   else
     decode_rules += ": no L2 requests";
+  if (tuning.hardware_stream) decode_rules += "; a cache's K/V to the hardware prefetchers, blocks in order";
   if (!tuning.overrides.empty()) decode_rules += " (set by " + tuning.overrides + ")";
   const std::string model = attend::cpu_model();
   const attend::CpuClass cls = attend::cpu_class();
@@ -195,7 +196,8 @@ int main(int argc, char** argv) {
         "\"onednn_version\":\"%s\",\"onednn_isa\":\"%s\",\"fpmath_bf16\":\"%s\",\"i8_decode\":\"%s\","
         "\"bf16_decode_projections\":\"%s\","
         "\"decode_tuning\":\"%s\",\"decode_tuning_from_environment\":%s,\"decode_l2_ahead_bytes\":%lld,"
-        "\"decode_l2_page_starts\":%s,\"decode_i8_one_row_integer\":%s,\"decode_overrides\":\"%s\","
+        "\"decode_l2_page_starts\":%s,\"decode_i8_one_row_integer\":%s,\"decode_hardware_stream\":%s,"
+        "\"decode_overrides\":\"%s\","
         "\"numa_source\":\"%s\","
         "\"numa_nodes\":%s}\n",
         ATTEND_VERSION_STRING, escape(model).c_str(), escape(cls.name).c_str(), escape(cls.vendor).c_str(), cls.family,
@@ -204,7 +206,8 @@ int main(int argc, char** argv) {
         omp_get_max_threads(), onednn.c_str(), onednn_isa.c_str(), bf16_math.c_str(), i8_decode.c_str(),
         bf16_decode.c_str(), tuning.rules.c_str(), tuning.rules_from_environment ? "true" : "false",
         static_cast<long long>(tuning.l2_ahead_bytes), tuning.l2_page_starts ? "true" : "false",
-        tuning.i8_one_row_integer ? "true" : "false", tuning.overrides.c_str(), numa_source.c_str(), numa_json.c_str());
+        tuning.i8_one_row_integer ? "true" : "false", tuning.hardware_stream ? "true" : "false",
+        tuning.overrides.c_str(), numa_source.c_str(), numa_json.c_str());
   } else {
     std::printf("attend %s\n", ATTEND_VERSION_STRING);
     std::printf("cpu            %s\n", model.c_str());

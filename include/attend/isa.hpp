@@ -108,8 +108,12 @@ struct DecodeTuning {
   /// group's does (vpdpwssd on the avx512_bf16 tier), not the f32 ones (codes widened): the AMX
   /// Xeons' rule
   bool i8_one_row_integer = false;
-  /// Which overrides were set: "ATTEND_DECODE_L2_AHEAD", "ATTEND_DECODE_L2_PAGES", joined by
-  /// ", "; empty when none
+  /// Decode over a cache's blocked K leaves K and V to the hardware prefetchers (no software
+  /// requests, whatever l2_ahead_bytes says) and scores K's blocks one at a time in address order:
+  /// a Zen 4's rule; ATTEND_DECODE_HW_STREAM=0|1 overrides. sdpa's row-major K keeps its requests.
+  bool hardware_stream = false;
+  /// Which overrides were set: "ATTEND_DECODE_L2_AHEAD", "ATTEND_DECODE_L2_PAGES",
+  /// "ATTEND_DECODE_HW_STREAM", joined by ", "; empty when none
   std::string overrides;
 };
 

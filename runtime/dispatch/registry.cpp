@@ -110,15 +110,31 @@ const EnvCap& env_cap() {
 // GQA groups over a row-major K (sdpa D5 92–96 → 89–93, D2/D3 within noise; 4 rounds) nor the
 // 16-bit and 8-bit caches' GQA groups (bf16 D2/D3 80–85 → 66–77; i8 within noise or lower).
 //
+// A Zen 4 (session 51) streams an f32 or 16-bit cache's blocked K/V best from its hardware
+// prefetchers alone, with K's blocks scored one at a time in address order
+// (decode_hardware_stream). Two threads reading D2's layout (docs/experiments/decode_order.cpp):
+// in the scores' order (two blocks at once, a line of each) 13–15% below a plain read; plain reads
+// with prefetcht0 4 KiB or prefetcht1 24 KiB ahead of each line 5–15% below one without. In the
+// kernels (alternated attend-bench processes, 3 rounds, share of a read, ATTEND_DECODE_HW_STREAM=0
+// → 1): the f32 cache's D1 85–89 → 98–99%, D2 78–79 → 85–91, D3 72–87 → 88–95, D4 82–90 →
+// 95–99; the paged cache's D1 80–84 → 96–101, D2 66–85 → 88–93, D3 75–84 → 89–93, D4 88–91 →
+// 94–100; the serving decode step 72–81 → 88–91 (slots), 70–88 → 84–93 (paged); the bf16
+// cache's D1 78–86 → 89–92, D4 73–86 → 90–95, D2/D3 within the spread. Either half alone gained
+// little (blocks in order with the requests, or no requests with pairs of blocks). Not the 8-bit
+// cache (D1 81–88 → 62–77%, D2 55–59 → 45–50: its steps need their requests), nor a row-major K
+// (sdpa: 16 rows at once, more streams than the prefetchers follow; without requests D2 43–57%).
+//
 // ATTEND_DECODE_TUNING=zen4|zen5|amx_xeon|none applies one class's rules on any machine (tests run
-// each everywhere; prefetch only: the same results); unset: this machine's class.
+// each everywhere; prefetch and order only: the same results); unset: this machine's class.
+// ATTEND_DECODE_HW_STREAM=0|1 overrides the class's choice of decode_hardware_stream.
 enum class Tuning { none, zen4, zen5, amx_xeon };
 
 struct EnvDecode {
   Tuning tuning = Tuning::none;
   int64_t bytes = 0;
   bool pages = false;
-  bool tuning_set = false, bytes_set = false, pages_set = false;  // by the environment
+  bool hw_stream = false;
+  bool tuning_set = false, bytes_set = false, pages_set = false, hw_stream_set = false;  // by the environment
   std::string error;
 };
 
@@ -141,6 +157,8 @@ const EnvDecode& env_decode() {
     e.bytes = e.tuning == Tuning::zen4 || e.tuning == Tuning::amx_xeon ? 24576 : e.tuning == Tuning::zen5 ? 65536 : 0;
     e.pages = e.tuning == Tuning::zen5;
     env_choice<bool>("ATTEND_DECODE_L2_PAGES", {{"0", false}, {"1", true}}, e.pages, e.error);
+    e.hw_stream = e.tuning == Tuning::zen4;
+    env_choice<bool>("ATTEND_DECODE_HW_STREAM", {{"0", false}, {"1", true}}, e.hw_stream, e.error);
     const auto set = [](const char* name) {
       const char* v = std::getenv(name);
       return v && *v;
@@ -148,6 +166,7 @@ const EnvDecode& env_decode() {
     e.tuning_set = set("ATTEND_DECODE_TUNING");
     e.pages_set = set("ATTEND_DECODE_L2_PAGES");
     e.bytes_set = set("ATTEND_DECODE_L2_AHEAD");
+    e.hw_stream_set = set("ATTEND_DECODE_HW_STREAM");
     const char* env = std::getenv("ATTEND_DECODE_L2_AHEAD");
     if (!env || !*env || !e.error.empty()) return e;
     const std::string v = env;
@@ -223,6 +242,10 @@ bool decode_k_l1_requests(kernels::KvType type, bool gqa, bool k_blocked) {
 }
 
 bool decode_i8_one_row_integer() { return env_decode().tuning == Tuning::amx_xeon; }
+
+bool decode_hardware_stream(kernels::KvType type, bool k_blocked) {
+  return k_blocked && type != kernels::KvType::i8 && env_decode().error.empty() && env_decode().hw_stream;
+}
 
 Isa resolve(Isa requested) {
   if (requested != Isa::automatic) {
@@ -314,8 +337,10 @@ DecodeTuning decode_tuning() {
   t.l2_ahead_bytes = e.bytes;
   t.l2_page_starts = e.pages;
   t.i8_one_row_integer = dispatch::decode_i8_one_row_integer();
+  t.hardware_stream = e.hw_stream;
   if (e.bytes_set) t.overrides = "ATTEND_DECODE_L2_AHEAD";
   if (e.pages_set) t.overrides += std::string(t.overrides.empty() ? "" : ", ") + "ATTEND_DECODE_L2_PAGES";
+  if (e.hw_stream_set) t.overrides += std::string(t.overrides.empty() ? "" : ", ") + "ATTEND_DECODE_HW_STREAM";
   return t;
 }
 

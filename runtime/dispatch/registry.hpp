@@ -64,6 +64,14 @@ bool decode_k_l1_requests(kernels::KvType type, bool gqa, bool k_blocked);
 /// an 8-bit variant of it no faster (session 43); a Zen 4 never measured it; not remeasured since.
 bool decode_i8_one_row_integer();
 
+/// Whether decode work items over a cache's blocked K (`k_blocked`) of `type` leave K and V to the
+/// hardware prefetchers and score K's blocks one at a time in address order
+/// (kernels::FlashWork::hardware_stream; no software requests into L1 or L2): a Zen 4's rule for
+/// f32 and 16-bit caches (session 51: the f32 cache's D1–D4 74–90 → 85–99% of a read). Not an
+/// 8-bit cache's (its steps lost 10–25 points without their requests), nor a row-major K (sdpa:
+/// its scores read 16 rows at once). ATTEND_DECODE_HW_STREAM=0|1 overrides the class.
+bool decode_hardware_stream(kernels::KvType type, bool k_blocked);
+
 }  // namespace attend::dispatch
 
 namespace attend::detail {

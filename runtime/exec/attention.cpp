@@ -319,9 +319,14 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     // Decode's software requests, where they were measured to help: per storage type, GQA group
     // or one row, and machine class (dispatch::decode_l2_requests, decode_k_l1_requests).
     const bool gqa = p.group_rows >= 2;
-    w.l2_ahead_bytes = p.row_blocks == 1 && dispatch::decode_l2_requests(pr.kv_type, gqa, pr.k_blocked) ? l2_ahead : 0;
+    w.hardware_stream = p.row_blocks == 1 && dispatch::decode_hardware_stream(pr.kv_type, pr.k_blocked);
+    w.l2_ahead_bytes =
+        p.row_blocks == 1 && !w.hardware_stream && dispatch::decode_l2_requests(pr.kv_type, gqa, pr.k_blocked)
+            ? l2_ahead
+            : 0;
     w.l2_pages = w.l2_ahead_bytes > 0 && dispatch::decode_l2_pages();
-    w.no_k_l1_requests = p.row_blocks == 1 && !dispatch::decode_k_l1_requests(pr.kv_type, gqa, pr.k_blocked);
+    w.no_k_l1_requests =
+        p.row_blocks == 1 && (w.hardware_stream || !dispatch::decode_k_l1_requests(pr.kv_type, gqa, pr.k_blocked));
     w.i8_one_row_integer = p.row_blocks == 1 && dispatch::decode_i8_one_row_integer();
     w.scale = pr.scale;
     w.softcap = pr.softcap;

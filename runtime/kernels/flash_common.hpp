@@ -286,7 +286,7 @@ PvAhead ahead_rows(const KvSource<E>& src, int64_t j, int64_t n, int64_t avail, 
 template <class Arch, class E>
 void pv_runs(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alpha, const float* ones, const float* p,
              int64_t p_row_stride, int64_t p_key_stride, int64_t j0, int64_t nk, int64_t rows, int64_t value_vectors,
-             bool masked, int64_t pf_end, int64_t l2_keys = 0, bool l2_pages = false) {
+             bool masked, int64_t pf_end, int64_t l2_keys = 0, bool l2_pages = false, bool no_requests = false) {
   const int64_t sub = pf_end > 0 ? pv_sub_keys<Arch, E>(value_vectors) : nk;
   for (int64_t j = 0; j < nk;) {
     const int64_t n = min64(sub, src.run(j0 + j, nk - j));
@@ -298,6 +298,7 @@ void pv_runs(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alph
       ahead.next = src.value(j0 + j + pf);
       ahead.next_count = src.run(j0 + j + pf, pf_end - j - pf);
     }
+    ahead.none = no_requests;
     pv_block<Arch>(oacc, ldo, j == 0 ? alpha : ones, p + j * p_key_stride, p_row_stride, p_key_stride,
                    src.value(j0 + j), src.v_row_stride, rows, value_vectors, n, masked, pf, ahead);
     j += n;

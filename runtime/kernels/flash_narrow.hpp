@@ -123,7 +123,7 @@ void narrow_scores_phase(const FlashWork& w, const NarrowRows& R, const NarrowHe
   // is in L1, the first pack prefetching the next.
   if (w.k_blocked) {
     blocked_scores_dispatch<Arch, E>(R.row_pack, blk, (nk + kKeyBlock - 1) / kKeyBlock, known, depth, h.qn, h.s, ldsn,
-                                     R.packs, l2_key_blocks<E>(w), !w.no_k_l1_requests, w.l2_pages);
+                                     R.packs, l2_key_blocks<E>(w), !w.no_k_l1_requests, w.l2_pages, w.hardware_stream);
     if constexpr (KvSource<E>::kScaled) scale_by_keys<Arch>(h.s, ldsn, R.nr, src, src.k_scale, j0, nk);
     return;
   }
@@ -210,7 +210,8 @@ void narrow_pv_phase(const FlashWork& w, const NarrowRows& R, const NarrowHead& 
     if constexpr (KvSource<E>::kScaled) scale_by_keys<Arch>(h.s, ldsn, R.nr, src, src.v_scale, j0, nk);
     const bool requests = !(std::is_same_v<E, float> && R.nr == 1);
     pv_runs<Arch>(src, h.oacc, R.dvp, h.alpha, sh.ones, h.s, ldsn, 1, j0, nk, R.nr, R.dvp / W, masked,
-                  requests ? R.key_hi - j0 : 0, requests ? l2_rows<E>(w, w.value_dim) : 0, w.l2_pages);
+                  requests ? R.key_hi - j0 : 0, requests ? l2_rows<E>(w, w.value_dim) : 0, w.l2_pages,
+                  w.hardware_stream);
   } else {
     values_to_f32_panel(src, j0, nk, w.value_dim, R.dvp, sh.vpanel);
     pv_block<Arch>(h.oacc, R.dvp, h.alpha, h.s, ldsn, 1, sh.vpanel, R.dvp, R.nr, R.dvp / W, nk, masked);

@@ -99,6 +99,11 @@ struct FlashWork {
   // Decode over an 8-bit cache: one query row per kv head takes the integer kernels too
   // (flash_narrow_i8's one-row instances), not the f32 ones. dispatch::decode_i8_one_row_integer.
   bool i8_one_row_integer;
+  // Decode over a blocked f32 or 16-bit K (flash_narrow; the 8-bit kernels keep their requests): K's
+  // blocks scored one at a time in address order (the same sums as in groups) and no software
+  // requests of K or V into L1 (the executor sets l2_ahead_bytes to 0 and no_k_l1_requests with
+  // it): the hardware prefetchers stream the cache alone. dispatch::decode_hardware_stream.
+  bool hardware_stream;
 
   float scale;  // multiplies Q·Kᵀ (folded into Q once)
 

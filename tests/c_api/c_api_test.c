@@ -453,7 +453,8 @@ int main(void) {
   {
     attend_decode_tuning_info tuning;
     memset(&tuning, 0x7f, sizeof tuning);
-    if (getenv("ATTEND_DECODE_L2_AHEAD") || getenv("ATTEND_DECODE_L2_PAGES") || getenv("ATTEND_DECODE_TUNING")) {
+    if (getenv("ATTEND_DECODE_L2_AHEAD") || getenv("ATTEND_DECODE_L2_PAGES") || getenv("ATTEND_DECODE_TUNING") ||
+        getenv("ATTEND_DECODE_HW_STREAM")) {
       /* (ctest runs the C API test without them) */
     } else {
       OK(attend_decode_tuning(&tuning));
@@ -467,6 +468,8 @@ int main(void) {
                                             : tuning.l2_ahead_bytes == 24576 && tuning.l2_page_starts == 0);
       /* An 8-bit cache's one row on the integer kernels: the AMX Xeons' rule only. */
       CHECK(tuning.i8_one_row_integer == !strcmp(tuning.rules, "amx_xeon"));
+      /* The cache's K/V left to the hardware prefetchers: a Zen 4's rule only. */
+      CHECK(tuning.hardware_stream == !strcmp(tuning.rules, "zen4"));
     }
     FAILS(attend_decode_tuning(NULL), ATTEND_ERROR_INVALID_ARGUMENT, "attend_decode_tuning");
   }

@@ -242,6 +242,7 @@ if info is not None:
           tuning["rules"] == info["decode_tuning"] and tuning["l2_ahead_bytes"] == info["decode_l2_ahead_bytes"]
           and tuning["l2_page_starts"] == info["decode_l2_page_starts"]
           and tuning["i8_one_row_integer"] == info["decode_i8_one_row_integer"]
+          and tuning["hardware_stream"] == info["decode_hardware_stream"]
           and tuning["rules_from_environment"] == info["decode_tuning_from_environment"], f"{tuning} {info}")
 check("bf16_math_amx implies native", not attend.bf16_math_amx() or attend.bf16_math_native(), "")
 

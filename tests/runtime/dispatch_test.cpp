@@ -124,6 +124,7 @@ TEST(Dispatch, UnknownEnvironmentValueThrows) {
 TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
   if (std::getenv("ATTEND_DECODE_L2_AHEAD")) GTEST_SKIP() << "ATTEND_DECODE_L2_AHEAD overrides the distance";
   if (std::getenv("ATTEND_DECODE_L2_PAGES")) GTEST_SKIP() << "ATTEND_DECODE_L2_PAGES overrides the request kind";
+  if (std::getenv("ATTEND_DECODE_HW_STREAM")) GTEST_SKIP() << "ATTEND_DECODE_HW_STREAM overrides the cache's streams";
   std::string tuning;
   if (const char* env = std::getenv("ATTEND_DECODE_TUNING"))
     tuning = env;
@@ -150,6 +151,14 @@ TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
   // An 8-bit cache's one-row decode on the integer kernels: the AMX Xeons' rule only.
   EXPECT_EQ(dispatch::decode_i8_one_row_integer(), tuning == "amx_xeon");
   EXPECT_EQ(told.i8_one_row_integer, tuning == "amx_xeon");
+  // A cache's blocked K/V left to the hardware prefetchers, blocks in address order: a Zen 4's rule
+  // for f32 and 16-bit caches; an 8-bit cache and a row-major K (sdpa) keep their requests.
+  EXPECT_EQ(told.hardware_stream, tuning == "zen4");
+  for (kernels::KvType t : {kernels::KvType::f32, kernels::KvType::bf16, kernels::KvType::f16}) {
+    EXPECT_EQ(dispatch::decode_hardware_stream(t, true), tuning == "zen4");
+    EXPECT_FALSE(dispatch::decode_hardware_stream(t, false));
+  }
+  EXPECT_FALSE(dispatch::decode_hardware_stream(kernels::KvType::i8, true));  // its requests stay
   using kernels::KvType;
   if (pages) {
     for (bool blocked : {false, true}) {
@@ -175,7 +184,8 @@ TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
 }
 
 // ATTEND_DECODE_L2_AHEAD (decode's L2 request distance) must be a byte count,
-// ATTEND_DECODE_L2_PAGES 0 or 1 and ATTEND_DECODE_TUNING a class name: anything else makes every
+// ATTEND_DECODE_L2_PAGES and ATTEND_DECODE_HW_STREAM 0 or 1 and ATTEND_DECODE_TUNING a class name:
+// anything else makes every
 // call throw before it changes anything (a typo must not silently keep the default).
 TEST(Dispatch, InvalidDecodeSettingThrowsAndChangesNothing) {
   std::string name;
@@ -185,9 +195,11 @@ TEST(Dispatch, InvalidDecodeSettingThrowsAndChangesNothing) {
     name = "ATTEND_DECODE_TUNING";
   else if (const char* env = std::getenv("ATTEND_DECODE_L2_PAGES"); env && std::string(env) == "yes")
     name = "ATTEND_DECODE_L2_PAGES";
+  else if (const char* env = std::getenv("ATTEND_DECODE_HW_STREAM"); env && std::string(env) == "on")
+    name = "ATTEND_DECODE_HW_STREAM";
   else
-    GTEST_SKIP() << "run by ctest with ATTEND_DECODE_L2_AHEAD=24kb, ATTEND_DECODE_L2_PAGES=yes or "
-                    "ATTEND_DECODE_TUNING=zen9";
+    GTEST_SKIP() << "run by ctest with ATTEND_DECODE_L2_AHEAD=24kb, ATTEND_DECODE_L2_PAGES=yes, "
+                    "ATTEND_DECODE_HW_STREAM=on or ATTEND_DECODE_TUNING=zen9";
   const int64_t D = 16;
   std::vector<float> q(4 * D, 0.5f), k(D, 0.25f), v(D, 1.0f), o(4 * D, 7.0f);
   KVCache cache({/*kv_heads*/ 1, D, /*slots*/ 1, /*capacity*/ 8});

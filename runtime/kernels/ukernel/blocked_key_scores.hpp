@@ -25,13 +25,17 @@ namespace {
 // (Row-major K's narrow_scores measured 2–5% slower when not inlined: it stays inlined.)
 // l2: null, or G blocks further ahead (FlashWork::l2_ahead_bytes), requested into L2 (prefetcht1)
 // at the same pace; with l2_pages (FlashWork::l2_pages) only the lines that start a 4 KiB page.
-template <class Arch, int NR, int G, class E>
+//
+// UG: the group whose depth steps per iteration (U, below) this call takes — G itself, or, for a
+// group's blocks scored one at a time in address order (FlashWork::hardware_stream), the group's
+// G: each block's sums then add the same products in the same order, so the order changes no bit.
+template <class Arch, int NR, int G, class E, int UG = G>
 [[gnu::noinline]] void blocked_scores(const E* const* blk, int64_t depth, const float* q, float* s, int64_t lds,
                                       const E* const* pf, const E* const* l2 = nullptr, bool l2_pages = false) {
   using B = vfloat<Arch>;
   constexpr int W = B::size;
   static_assert(kKeyBlock % W == 0, "a key block is a whole number of vectors");
-  constexpr int KV = static_cast<int>(kKeyBlock / W), NV = G * KV;
+  constexpr int KV = static_cast<int>(kKeyBlock / W), NV = G * KV, UNV = UG * KV;
   // Depth steps per iteration: enough for 8 accumulators, and (1-byte i8) for a whole cache line of
   // the G blocks per step, so the loop and prefetch bookkeeping is not paid per 32 bytes. A power
   // of two ≤ 8: divides W, hence D on the narrow path.
@@ -40,10 +44,10 @@ template <class Arch, int NR, int G, class E>
   // load and a store). Zen 3, GQA i8 decode: L2-resident 45–52 → 33 µs per 1024 keys on one
   // thread, L3-resident (D3-like, 8 kv heads × 2048 keys) 0.40–0.49 → 0.30–0.38 ms on two; cold
   // (the bench) within ±2 points of a read, bf16 within noise.
-  constexpr int U0 = NR * NV >= 8 ? 1 : 8 / (NR * NV);
-  constexpr int U1 = static_cast<int>(64 / (G * kKeyBlock * static_cast<int64_t>(sizeof(E))));
-  constexpr int U2 = std::bit_floor(static_cast<unsigned>(Tiles<Arch>::kAccRegs / (NR * NV) > 0
-                                                              ? Tiles<Arch>::kAccRegs / (NR * NV)
+  constexpr int U0 = NR * UNV >= 8 ? 1 : 8 / (NR * UNV);
+  constexpr int U1 = static_cast<int>(64 / (UG * kKeyBlock * static_cast<int64_t>(sizeof(E))));
+  constexpr int U2 = std::bit_floor(static_cast<unsigned>(Tiles<Arch>::kAccRegs / (NR * UNV) > 0
+                                                              ? Tiles<Arch>::kAccRegs / (NR * UNV)
                                                               : 1));  // (a power of two, as U0 and U1)
   constexpr int U1c = U1 < U2 ? U1 : U2;
   // And two steps wherever the budget holds them (f32 and 16-bit K, four rows of two blocks: 16
@@ -149,11 +153,23 @@ constexpr int kMaxL2AheadBlocks = 16;
 // l2_blocks > 0: the first pack also requests, into L2, the group l2_blocks blocks on (when known).
 // l1_requests false: the next group is left to the hardware prefetchers (FlashWork::no_k_l1_requests).
 // l2_pages: the L2 requests are page starts only (FlashWork::l2_pages).
+// in_order (FlashWork::hardware_stream): the groups' blocks one at a time, in address order, each
+// with its group's depth steps (the same bits as in groups).
 template <class Arch, int NR, class E>
 void blocked_scores_run(const E* const* blk, int64_t blocks, int64_t known, int64_t depth, const float* q, float* s,
-                        int64_t lds, int packs, int64_t l2_blocks, bool l1_requests, bool l2_pages) {
+                        int64_t lds, int packs, int64_t l2_blocks, bool l1_requests, bool l2_pages,
+                        bool in_order = false) {
   constexpr int G = blocked_group<Arch>(NR);
   int64_t b = 0;
+  if (G > 1 && in_order) {
+    for (; b + G <= blocks; b += G)
+      for (int64_t i = b; i < b + G; ++i)
+        for (int p = 0; p < packs; ++p)
+          blocked_scores<Arch, NR, 1, E, G>(
+              blk + i, depth, q + p * NR * depth, s + p * NR * lds + i * kKeyBlock, lds,
+              p == 0 && l1_requests && i + 2 <= known ? blk + i + 1 : nullptr,
+              p == 0 && l2_blocks > 0 && i + l2_blocks + 1 <= known ? blk + i + l2_blocks : nullptr, l2_pages);
+  }
   for (; b + G <= blocks; b += G)  // (a partial last group ahead is left to the hardware)
     for (int p = 0; p < packs; ++p)
       blocked_scores<Arch, NR, G, E>(
@@ -171,26 +187,26 @@ void blocked_scores_run(const E* const* blk, int64_t blocks, int64_t known, int6
 template <class Arch, class E>
 void blocked_scores_dispatch(int row_pack, const E* const* blk, int64_t blocks, int64_t known, int64_t depth,
                              const float* q, float* s, int64_t lds, int packs = 1, int64_t l2_blocks = 0,
-                             bool l1_requests = true, bool l2_pages = false) {
+                             bool l1_requests = true, bool l2_pages = false, bool in_order = false) {
   constexpr int kMax = Tiles<Arch>::kNarrowMaxRows;
   switch (row_pack) {
     case 1:
       return blocked_scores_run<Arch, 1, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks, l1_requests,
-                                            l2_pages);
+                                            l2_pages, in_order);
     case 2:
       if constexpr (kMax >= 2)
         return blocked_scores_run<Arch, 2, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks, l1_requests,
-                                              l2_pages);
+                                              l2_pages, in_order);
       break;
     case 4:
       if constexpr (kMax >= 4)
         return blocked_scores_run<Arch, 4, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks, l1_requests,
-                                              l2_pages);
+                                              l2_pages, in_order);
       break;
     case 8:
       if constexpr (kMax >= 8)
         return blocked_scores_run<Arch, 8, E>(blk, blocks, known, depth, q, s, lds, packs, l2_blocks, l1_requests,
-                                              l2_pages);
+                                              l2_pages, in_order);
       break;
   }
 }

@@ -51,6 +51,9 @@ struct PvAhead {
   bool pages = false;          // PvArgs::l2_pages
   const void* next = nullptr;  // PvArgs::pf_next, pf_next_count
   int64_t next_count = 0;
+  // Decode without any request of V (FlashWork::hardware_stream): the same kernels as with them
+  // (pf_limit still marks decode), the hardware prefetchers alone.
+  bool none = false;
 };
 
 // Requests the lines that start inside [at, at + bytes) (whole rows, or a pass's slice of them: each
@@ -539,6 +542,7 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
   // Decode's pass that reads V from memory requests whole rows kVPrefetchBytes ahead (and into L2,
   // the ahead rows).
   auto request_whole_rows = [&](PvArgs& a) {
+    if (ahead.none) return;
     a.pf_keys = pf_keys;
     a.pf_limit = pf_limit;
     a.pf_bytes = row_bytes;
@@ -618,7 +622,8 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
                v + c * W,
                ldv,
                keys};
-      if (pf_limit > 0 && T::kPvSubTileBytes > 0 && r0 == 0) {
+      if (ahead.none) {
+      } else if (pf_limit > 0 && T::kPvSubTileBytes > 0 && r0 == 0) {
         // 16 registers (one i8 row): each pass fetches its columns one pv_sub_keys sub-tile ahead.
         a.pf_keys = keys;
         a.pf_limit = pf_limit;
