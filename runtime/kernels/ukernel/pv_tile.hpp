@@ -622,8 +622,7 @@ void pv_block(float* oacc, int64_t ldo, const float* alpha, const float* p, int6
                v + c * W,
                ldv,
                keys};
-      if (ahead.none) {
-      } else if (pf_limit > 0 && T::kPvSubTileBytes > 0 && r0 == 0) {
+      if (!ahead.none && pf_limit > 0 && T::kPvSubTileBytes > 0 && r0 == 0) {
         // 16 registers (one i8 row): each pass fetches its columns one pv_sub_keys sub-tile ahead.
         a.pf_keys = keys;
         a.pf_limit = pf_limit;
