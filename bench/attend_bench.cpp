@@ -349,7 +349,7 @@ void print_sdpa_summary(const SummaryReporter& rep, double peak, FILE* out) {
       "(%%peak is of the FMA peak measured at start, %.1f GFLOP/s; %%peak* of a ~3 ms FMA probe run right after "
       "each call, median of the per-call ratios; GB/s for decode counts the K+V bytes read, like stream/read; "
       "%%stream and dnn%%str are attend's and onednn's bandwidth as a share of a plain read of the same bytes "
-      "timed right after each call (the faster of two read loops, as stream/read: the context's reference_read; "
+      "timed right after each call (the fastest of three read loops, as stream/read: the context's reference_read; "
       "median of the per-call ratios); speedup* = attend's paired share over "
       "onednn's (%%peak* for prefill, %%stream for decode): the speed-up at equal machine state; bound = "
       "1/dnn%%str is the largest speed-up a kernel reading at 100%% of stream could show)\n",

@@ -161,36 +161,42 @@ void timed_loop_paired(benchmark::State& state, const Evict* evict, Prepare&& pr
   state.counters[counter] = 100.0 * (n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]));
 }
 
-/// Whether the two reference reads of `bytes` see the same words (their XORs agree: neither skips or
+/// Whether the three reference reads of `bytes` see the same words (their XORs agree: none skips or
 /// overruns a byte); otherwise the entry is reported as an error.
 inline bool reference_reads_agree(benchmark::State& state, const Evict& bytes) {
-  if (bytes.read() == bytes.read_requested()) return true;
-  state.SkipWithError("the two reference reads of the entry's bytes differ (Evict::read_requested)");
+  const uint32_t plain = bytes.read();
+  if (plain == bytes.read_requested() && plain == bytes.read_wide()) return true;
+  state.SkipWithError("the reference reads of the entry's bytes differ (Evict::read_requested, Evict::read_wide)");
   return false;
 }
 
 /// Decode (the bytes `evict` names evicted before each call): the limit is a plain read of the bytes
-/// `reference` names, timed right after each call: the faster of two read loops, each after its own
-/// eviction (Evict::reference_seconds). Counter `stream_pct`; `read_req_pct`: the share of calls
-/// whose reference was the read with software requests (Evict::read_requested).
+/// `reference` names, timed right after each call: the fastest of three read loops, each after its
+/// own eviction (Evict::reference_seconds). Counter `stream_pct`; `read_req_pct` and `read_wide_pct`:
+/// the shares of calls whose reference was the read with software requests (Evict::read_requested)
+/// and the 512-bit read without them (Evict::read_wide).
 template <class Prepare, class F>
 void timed_loop_vs_stream(benchmark::State& state, const Evict& evict, Prepare&& prepare, F&& body,
                           const Evict& reference) {
   if (!reference_reads_agree(state, reference)) return;
   uint32_t sink = 0;
-  int64_t calls = 0, requested = 0;
+  int64_t calls = 0, requested = 0, wide = 0;
   timed_loop_paired(
       state, &evict, prepare, body,
       [&] {
-        bool won = false;
-        const double t = reference.reference_seconds(sink, won);
+        Evict::ReferenceRead fastest{};
+        const double t = reference.reference_seconds(sink, fastest);
         ++calls;
-        requested += won;
+        requested += fastest == Evict::ReferenceRead::requested;
+        wide += fastest == Evict::ReferenceRead::wide;
         return t;
       },
       "stream_pct");
   benchmark::DoNotOptimize(sink);
-  if (calls) state.counters["read_req_pct"] = 100.0 * static_cast<double>(requested) / static_cast<double>(calls);
+  if (calls) {
+    state.counters["read_req_pct"] = 100.0 * static_cast<double>(requested) / static_cast<double>(calls);
+    state.counters["read_wide_pct"] = 100.0 * static_cast<double>(wide) / static_cast<double>(calls);
+  }
 }
 
 /// The same without a per-iteration `prepare`.
@@ -201,13 +207,13 @@ void timed_loop_vs_stream(benchmark::State& state, const Evict& evict, F&& body,
 }
 
 /// The stream/read entries: each iteration's time is the decode entries' reference for `bytes`
-/// (Evict::reference_seconds: the faster of two plain reads, each after its own eviction).
+/// (Evict::reference_seconds: the fastest of three plain reads, each after its own eviction).
 inline void timed_reference_reads(benchmark::State& state, const Evict& bytes) {
   if (!reference_reads_agree(state, bytes)) return;
   uint32_t sink = 0;
-  bool won = false;
-  bytes.reference_seconds(sink, won);  // untimed warm-up, as timed_loop
-  for (auto _ : state) set_iteration_time(state, bytes.reference_seconds(sink, won));
+  Evict::ReferenceRead fastest{};
+  bytes.reference_seconds(sink, fastest);  // untimed warm-up, as timed_loop
+  for (auto _ : state) set_iteration_time(state, bytes.reference_seconds(sink, fastest));
   benchmark::DoNotOptimize(sink);
 }
 

@@ -47,11 +47,18 @@ class Evict {
   /// plain read leaves bandwidth unused that this one takes: an Emerald Rapids streamed evicted
   /// 32 MiB at 24.4 GB/s with read()'s loop and 29.2 with this one (docs/experiments/read_shapes.cpp).
   uint32_t read_requested() const;
-  /// The decode entries' reference: the faster of read() and read_requested(), each timed after its
-  /// own eviction of these bytes (operator()), in seconds; `requested_won` is set when the second
-  /// was faster. Neither read is weaker than before on any machine: the reference is the better of
-  /// two plain reads on each.
-  double reference_seconds(uint32_t& sink, bool& requested_won) const;
+  /// The same bytes in the same order with 512-bit loads (AVX-512; else read()'s loop) into one XOR
+  /// chain, without requests. On a Zen 4 a 512-bit chain streamed 3–30% faster than read()'s
+  /// 256-bit loop in some memory states (docs/experiments/decode_order.cpp, session 51), and the
+  /// hardware prefetchers there lose 5–15% to requests ahead of a sequential read, so neither of
+  /// the other two reads is that machine's fastest plain read in every state.
+  uint32_t read_wide() const;
+  /// Which of the three reads was the fastest (reference_seconds).
+  enum class ReferenceRead { plain, requested, wide };
+  /// The decode entries' reference: the fastest of read(), read_requested() and read_wide(), each
+  /// timed after its own eviction of these bytes (operator()), in seconds; `fastest` says which.
+  /// No read is weaker than before on any machine: the reference is the best of three plain reads.
+  double reference_seconds(uint32_t& sink, ReferenceRead& fastest) const;
   size_t bytes() const { return bytes_; }
 
  private:

@@ -279,6 +279,19 @@ TEST(ReportPage, MachinesSectionsAndSelfContained) {
   named.insert(named.find("\"context\":{") + 11, "\"reference_read\":\"two <reads>\",");
   const std::string newer = report_html({parse_bench_json(named, "newer")}, "Newer");
   EXPECT_NE(newer.find("title=\"two &lt;reads&gt;\">the faster of two reads</td>"), std::string::npos);
+  // A run whose reference is the fastest of three reads (session 52): named so, and each decode
+  // share says how often each of the two later reads won.
+  std::string three = sample_json();
+  three.insert(three.find("\"context\":{") + 11, "\"reference_read\":\"the fastest of three plain reads\",");
+  for (size_t at = three.find("\"read_req_pct\":40"); at != std::string::npos;
+       at = three.find("\"read_req_pct\":40", at + 1))
+    three.insert(at + 17, ",\"read_wide_pct\":25");  // the mean's and the median's counters
+  const std::string newest = report_html({parse_bench_json(three, "newest")}, "Newest");
+  EXPECT_NE(newest.find(">the fastest of three reads</td>"), std::string::npos);
+  EXPECT_EQ(newest.find(">the faster of two reads</td>"), std::string::npos);
+  EXPECT_NE(newest.find("the read with software requests was the fastest in 40% of calls, the 512-bit read "
+                        "without them in 25%\">91.2% of read</td>"),
+            std::string::npos);
   const std::string svg = bar_chart_svg(speedup_chart(a, true));
   const std::vector<Element> marks = elements(svg, "rect", "mark");
   ASSERT_EQ(marks.size(), 3u);
