@@ -218,10 +218,19 @@ void narrow_pv_phase(const FlashWork& w, const NarrowRows& R, const NarrowHead& 
   }
 }
 
-// One kv head's work: a range of keys in tiles of kNarrowBlockKeys.
+// Keys per tile (Tiles::kNarrowBlockKeys, kNarrowTileKeys): 512 over a cache's blocked f32 or
+// 16-bit K, 256 over a row-major K or an 8-bit cache's (its one row, here). A property of the path,
+// not of the machine: every machine class computes the same bits.
+template <class Arch, class E>
+int64_t narrow_tile_keys(const FlashWork& w) {
+  return w.k_blocked && !KvSource<E>::kScaled ? Tiles<Arch>::kNarrowBlockKeys : Tiles<Arch>::kNarrowTileKeys;
+}
+
+// One kv head's work: a range of keys in tiles of narrow_tile_keys.
 template <class Arch, class E>
 void flash_narrow(const FlashWork& w, float* scratch) {
   constexpr int64_t ldsn = Tiles<Arch>::kNarrowBlockKeys;
+  const int64_t tile = narrow_tile_keys<Arch, E>(w);
   const NarrowRows R = narrow_rows<Arch>(w);
   const Layout L = make_layout<Arch>(w.head_dim, w.value_dim, R.nr);
   const NarrowShared sh = narrow_shared<Arch>(scratch, L, R.depth, R.nr);
@@ -231,8 +240,8 @@ void flash_narrow(const FlashWork& w, float* scratch) {
   // Blocked K: the addresses of a tile's blocks and of the next blocks (prefetched while scoring).
   const E* blk[ldsn / kKeyBlock + kMaxBlockedGroup + kMaxL2AheadBlocks];
   const int64_t ahead_blocks = kMaxBlockedGroup + (w.k_blocked ? l2_key_blocks<E>(w) : 0);
-  for (int64_t j0 = R.key_lo; j0 < R.key_hi; j0 += ldsn) {
-    const int64_t nk = min64(ldsn, R.key_hi - j0);
+  for (int64_t j0 = R.key_lo; j0 < R.key_hi; j0 += tile) {
+    const int64_t nk = min64(tile, R.key_hi - j0);
     int64_t known = 0;
     if (w.k_blocked) {
       known = min64((nk + kKeyBlock - 1) / kKeyBlock + ahead_blocks, (R.key_hi - j0 + kKeyBlock - 1) / kKeyBlock);

@@ -13,7 +13,7 @@
 // added error is 2⁻¹⁶ of the largest term where the codes themselves carry 2⁻⁸.
 //
 // Sums fit in 32 bits: |Q·K| ≤ 32767·127·D < 2³¹ for D ≤ 512, |P'·V| ≤ 32767·127·256 per tile of
-// kNarrowBlockKeys keys. The rest falls back to the f32 driver (flash_narrow): one row except under
+// kNarrowTileKeys keys. The rest falls back to the f32 driver (flash_narrow): one row except under
 // the AMX Xeons' rules (i8_integer_fits), head_dim > 512 or not
 // a multiple of 4, value_dim not a multiple of 32, a non-finite query (a rounded query would lose
 // it), and, per tile, non-finite weights (a NaN V scale a visible key carries).
@@ -327,7 +327,8 @@ template <class Arch>
 void flash_narrow_i8(const FlashWork& w, float* scratch) {
   using T = Tiles<Arch>;
   static_assert(T::W == 16, "AVX-512 only");
-  constexpr int64_t ldsn = T::kNarrowBlockKeys;
+  constexpr int64_t ldsn = T::kNarrowBlockKeys;  // the score rows' stride (narrow_softmax_phase's)
+  constexpr int64_t tile = T::kNarrowTileKeys;   // keys per tile: the integer P·V sums' bound
   if (!i8_integer_fits(w)) return flash_narrow<Arch, I8>(w, scratch);
   const NarrowRows R = narrow_rows<Arch>(w);
   const Layout L = make_layout<Arch>(w.head_dim, w.value_dim, R.nr);
@@ -350,10 +351,10 @@ void flash_narrow_i8(const FlashWork& w, float* scratch) {
   const KvSource<I8> src(w);
   // How far the L2 requests run ahead: K blocks of the scores, V rows of the P·V.
   const int64_t l2_blocks = l2_key_blocks<I8>(w), l2_keys = l2_rows<I8>(w, dv);
-  const I8* blk[ldsn / kKeyBlock + kI8MaxAheadBlocks + 8];
-  const float* ksc[ldsn / kKeyBlock + kI8MaxAheadBlocks + 8];
-  for (int64_t j0 = R.key_lo; j0 < R.key_hi; j0 += ldsn) {
-    const int64_t nk = min64(ldsn, R.key_hi - j0);
+  const I8* blk[tile / kKeyBlock + kI8MaxAheadBlocks + 8];
+  const float* ksc[tile / kKeyBlock + kI8MaxAheadBlocks + 8];
+  for (int64_t j0 = R.key_lo; j0 < R.key_hi; j0 += tile) {
+    const int64_t nk = min64(tile, R.key_hi - j0);
     const int64_t blocks = (nk + kKeyBlock - 1) / kKeyBlock;
     const int64_t known = min64(blocks + kI8MaxAheadBlocks + 8, (R.key_hi - j0 + kKeyBlock - 1) / kKeyBlock);
     for (int64_t b = 0; b < known; ++b) {

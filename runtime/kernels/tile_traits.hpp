@@ -36,7 +36,17 @@ struct Tiles {
   /// group of 16 at D 128 the same either way.
   static constexpr int kNarrowMaxRows = W / 2 > 1 ? W / 2 : 1;
   static constexpr int kNarrowRows = kManyRegs ? kNarrowMaxRows : 2 * kNarrowMaxRows;
-  static constexpr int kNarrowBlockKeys = 256;
+  /// The narrow path's tiles: kNarrowBlockKeys keys over a blocked f32 or 16-bit K (a cache's), the
+  /// most a tile holds (the score rows' stride); kNarrowTileKeys over a row-major K (sdpa) and an
+  /// 8-bit cache (whose integer P·V sums bound a tile to 512 keys: 32767·127·512 < 2³¹). A Zen 4
+  /// streams a cache's K/V from its hardware prefetchers alone (FlashWork::hardware_stream), and
+  /// each switch between a tile's K and its V starts a stream anew: 512-key tiles there read the
+  /// f32 cache's D1 at 93–97% of a read against 85–92% with 256, D4 94–96 against 88–94, the bf16
+  /// cache's D1 91–93 against 79–90 (attend-bench alternated, 4 rounds, session 52). A row-major K
+  /// keeps 256: sdpa's D1 and its GQA group of 8 (D7) read 5–15 points less with 512 there.
+  static constexpr int kNarrowBlockKeys = 512;
+  static constexpr int kNarrowTileKeys = 256;
+  static_assert(kNarrowBlockKeys % kNarrowTileKeys == 0, "a row-major tile fits the score rows");
   static_assert(kBlockKeys % kScoreKeys == 0, "a wide tile is a whole number of score calls");
   static_assert(kScoreKeys * kMaxRowVectors <= kAccRegs, "score accumulators fit the register budget");
   static_assert(kNarrowRows <= 16, "narrow path keeps per-row ranges in arrays of 16");

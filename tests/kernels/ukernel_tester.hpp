@@ -221,6 +221,7 @@ void pv_cases(UkernelReport& r) {
   vecs.add(kMaxPvNV, 1, 2 * nv_max + 1);
   Sizes keys = boundary(T::kBlockKeys, 0, T::kNarrowBlockKeys);
   keys.add(T::kNarrowBlockKeys, 0, T::kNarrowBlockKeys);
+  keys.add(T::kNarrowTileKeys, 0, T::kNarrowBlockKeys);  // the row-major and 8-bit tiles
   Lcg rng{2};
   for (int ir = 0; ir < rows.n; ++ir)
     for (int iv = 0; iv < vecs.n; ++iv)

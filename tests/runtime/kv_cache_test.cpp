@@ -5,6 +5,8 @@
 // that start inside a block of the cache's blocked K layout. Decode's new K/V are stored by the item
 // of the key range that holds them (exec::Problem::store): two new tokens inside one range (1500
 // cached) and across two (1535 cached: ranges of 768 keys), which are stored before the items.
+// 512 and 1025 keys: a blocked f32/16-bit K's decode tiles of 512 keys (flash_narrow's
+// narrow_tile_keys), exactly one and two plus one key.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -54,7 +56,7 @@ TEST_P(CachedAttention, MatchesReferenceOverStoredValues) {
     for (int64_t D : {64, 40})
       for (auto [prefix, N, window] :
            {Case{0, 9, 0}, Case{30, 1, 0}, Case{1500, 1, 0}, Case{100, 9, 0}, Case{30, 1, 21}, Case{1500, 1, 300},
-            Case{100, 9, 37}, Case{1500, 2, 0}, Case{1535, 2, 0}}) {
+            Case{100, 9, 37}, Case{1500, 2, 0}, Case{1535, 2, 0}, Case{511, 1, 0}, Case{1024, 1, 0}}) {
         SCOPED_TRACE("Hq=" + std::to_string(Hq) + " D=" + std::to_string(D) + " prefix=" + std::to_string(prefix) +
                      " N=" + std::to_string(N) + " window=" + std::to_string(window));
         const int64_t B = 2, Hkv = 2, total = prefix + N;
