@@ -1,0 +1,127 @@
+// Session 52's row-major order probe (docs/performance.md, "Session 52"): not built by the project.
+// Two threads read a buffer laid out as sdpa/attend/D2's K and V (H kv heads × [K 4096 × 128 f32
+// rows | V the same], 2 MiB pages, clflushopt + mfence on each thread before every pass) in tiles of
+// 256 keys, K then V, in different orders: 512-bit loads XORed together, no arithmetic, with or
+// without software requests; against the bench's plain read of the same bytes (stream_probe.hpp).
+// Orders rotate pass by pass; medians of 21 passes.
+//   g++ -O2 -march=native -fopenmp docs/experiments/rowmajor_order.cpp -o /tmp/rowmajor_order
+//   /tmp/rowmajor_order [HEADS]     # 8 heads (D2's 32 MiB)
+// On a Zen 4 (GB/s, two runs): the plain read 35.5, 32.1 and a tile's rows in address order 35.6,
+// 30.8; four rows at a time depth-major (narrow_scores' order for a GQA group of four) 23.5, 22.0,
+// with its requests (the next group into L1 in address order, 24 KiB on into L2) 30.4, 29.8; that
+// order touching the next group with plain loads in address order 46.5, 31.6 (the read 44.5, 33.2).
+// In the kernel neither order carried over (performance.md): the arithmetic is not overlapped.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+#include "stream_probe.hpp"
+static long H = 8;
+constexpr long L = 4096, D = 128, RB = D * 4, KB = L * RB;
+constexpr long T = 256;
+using V = __m512i;
+static inline V ld(const char* p) { return _mm512_load_si512(p); }
+static inline V x(V a, V b) { return _mm512_xor_si512(a, b); }
+__attribute__((noinline)) V seq(const char* p, long n, V a) {
+  for (long i = 0; i < n; i += 64) a = x(a, ld(p + i));
+  return a;
+}
+// groups of G rows, depth-major (the kernel's narrow_scores, NR=4 -> G=4)
+template <int G, int REQ>
+__attribute__((noinline)) V groups(const char* K, long rows, long total_rows, V a) {
+  V c[G];
+  for (int g = 0; g < G; ++g) c[g] = a;
+  for (long r = 0; r < rows; r += G) {
+    const char* p = K + r * RB;
+    const char* run = (REQ & 1) && r + G < total_rows ? p + G * RB : nullptr;      // next group, L1, in order
+    const char* l2 = (REQ & 2) && r + G + 48 < total_rows ? p + (G + 48) * RB : nullptr;  // 24 KiB on, L2
+    for (long d = 0; d < RB; d += 64) {
+      if (run) for (int g = 0; g < G; ++g) _mm_prefetch(run + (d / 64) * G * 64 + g * 64, _MM_HINT_T0);
+      if (l2) for (int g = 0; g < G; ++g) _mm_prefetch(l2 + (d / 64) * G * 64 + g * 64, _MM_HINT_T1);
+      for (int g = 0; g < G; ++g) c[g] = x(c[g], ld(p + g * RB + d));
+    }
+  }
+  for (int g = 1; g < G; ++g) c[0] = x(c[0], c[g]);
+  return c[0];
+}
+// groups of 4 depth-major, touching the group AHEAD groups on with plain loads, in address order
+template <int AHEAD>
+__attribute__((noinline)) V touch(const char* K, long rows, long total_rows, V a) {
+  V c[4], t = a;
+  for (int g = 0; g < 4; ++g) c[g] = a;
+  for (long r = 0; r < rows; r += 4) {
+    const char* p = K + r * RB;
+    const char* run = r + 4 * AHEAD < total_rows ? p + 4 * AHEAD * RB : nullptr;
+    for (long d = 0; d < RB; d += 64) {
+      if (run) for (int g = 0; g < 4; ++g) t = _mm512_or_si512(t, ld(run + (d / 64) * 4 * 64 + g * 64));
+      for (int g = 0; g < 4; ++g) c[g] = x(c[g], ld(p + g * RB + d));
+    }
+  }
+  for (int g = 1; g < 4; ++g) c[0] = x(c[0], c[g]);
+  return x(c[0], t);
+}
+template <int REQ>
+__attribute__((noinline)) V seqreq(const char* p, long n, long avail, V a) {
+  for (long i = 0; i < n; i += 64) {
+    if ((REQ & 2) && i + 24576 < avail) _mm_prefetch(p + i + 24576, _MM_HINT_T1);
+    a = x(a, ld(p + i));
+  }
+  return a;
+}
+V head(int m, const char* base) {
+  const char* K = base;
+  const char* Vv = base + KB;
+  V a = _mm512_setzero_si512();
+  const long tb = T * RB;
+  for (long t = 0; t < KB; t += tb) {
+    const long r0 = t / RB;
+    switch (m) {
+      case 1: a = seq(K + t, tb, a); a = seq(Vv + t, tb, a); break;
+      case 2: a = groups<4, 0>(K + t, T, L - r0, a); a = seq(Vv + t, tb, a); break;
+      case 3: a = groups<4, 3>(K + t, T, L - r0, a); a = seqreq<2>(Vv + t, tb, KB - t, a); break;
+      case 4: a = groups<4, 1>(K + t, T, L - r0, a); a = seq(Vv + t, tb, a); break;
+      case 5: a = groups<4, 2>(K + t, T, L - r0, a); a = seqreq<2>(Vv + t, tb, KB - t, a); break;
+      case 6: a = groups<2, 0>(K + t, T, L - r0, a); a = seq(Vv + t, tb, a); break;
+      case 7: a = groups<8, 0>(K + t, T, L - r0, a); a = seq(Vv + t, tb, a); break;
+      case 8: a = groups<16, 0>(K + t, T, L - r0, a); a = seq(Vv + t, tb, a); break;
+      case 9: a = seqreq<2>(K + t, tb, KB - t, a); a = seqreq<2>(Vv + t, tb, KB - t, a); break;
+      case 10: a = touch<1>(K + t, T, L - r0, a); a = seq(Vv + t, tb, a); break;
+      case 11: a = touch<2>(K + t, T, L - r0, a); a = seq(Vv + t, tb, a); break;
+      case 12: a = touch<4>(K + t, T, L - r0, a); a = seq(Vv + t, tb, a); break;
+    }
+  }
+  return a;
+}
+int main(int argc, char** argv) {
+  if (argc > 1) H = atol(argv[1]);
+  const size_t bytes = size_t(H) * 2 * KB;
+  char* buf = huge_buffer(bytes);
+  constexpr int M = 13;
+  const char* names[M] = {"bench read (xor words, halves)", "1 tiles K,V seq", "2 K groups of 4 depth-major, no req",
+                          "3 groups4 + kernel req (L1 next, L2 24K)", "4 groups4 + L1 next only", "5 groups4 + L2 only",
+                          "6 groups of 2", "7 groups of 8", "8 groups of 16", "9 tiles seq + L2 24K", "10 groups4 + touch loads 1 ahead", "11 touch 2 ahead", "12 touch 4 ahead"};
+  std::vector<double> r[M];
+  volatile int sink = 0;
+  const int reps = 21;
+  for (int rep = 0; rep < reps; ++rep)
+    for (int i = 0; i < M; ++i) {
+      const int m = (i + rep) % M;
+      evict(buf, bytes);
+      const auto t0 = std::chrono::steady_clock::now();
+      if (m == 0) {
+#pragma omp parallel num_threads(2)
+        sink = sink + bench_read(buf + omp_get_thread_num() * bytes / 2, bytes / 2);
+      } else {
+#pragma omp parallel for num_threads(2) schedule(static)
+        for (long h = 0; h < H; ++h) {
+          V v = head(m, buf + h * 2 * KB);
+          sink = sink + _mm512_reduce_add_epi32(v);
+        }
+      }
+      r[m].push_back(bytes / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 1e9);
+    }
+  for (int m = 0; m < M; ++m) {
+    std::sort(r[m].begin(), r[m].end());
+    std::printf("%-44s median %.1f GB/s (%.1f-%.1f)\n", names[m], r[m][reps / 2], r[m][0], r[m][reps - 1]);
+  }
+}
