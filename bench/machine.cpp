@@ -173,13 +173,14 @@ uint32_t Evict::read() const {
 }
 
 namespace {
-// Whole 64-byte lines of [p, p + bytes) XORed into one 512-bit chain with requests ahead; the tail
-// (less than a line) by xor_words.
-__attribute__((target("avx512f"))) uint32_t xor_lines_requested512(const unsigned char* p, size_t bytes) {
+// Whole 64-byte lines of [p, p + bytes) XORed into one 512-bit chain, with requests ahead
+// (request_ahead) or without; the tail (less than a line) by xor_words.
+template <bool kRequest>
+__attribute__((target("avx512f"))) uint32_t xor_lines512(const unsigned char* p, size_t bytes) {
   __m512i acc = _mm512_setzero_si512();
   size_t i = 0;
   for (; i + 64 <= bytes; i += 64) {
-    request_ahead(p, i, bytes);
+    if (kRequest) request_ahead(p, i, bytes);
     acc = _mm512_xor_si512(acc, _mm512_loadu_si512(p + i));
   }
   alignas(64) uint32_t w[16];
@@ -188,41 +189,23 @@ __attribute__((target("avx512f"))) uint32_t xor_lines_requested512(const unsigne
   for (uint32_t a : w) x ^= a;
   return x;
 }
-}  // namespace
 
-namespace {
-// Whole 64-byte lines of [p, p + bytes) XORed into one 512-bit chain, no requests; the tail (less
-// than a line) by xor_words.
-__attribute__((target("avx512f"))) uint32_t xor_lines512(const unsigned char* p, size_t bytes) {
-  __m512i acc = _mm512_setzero_si512();
-  size_t i = 0;
-  for (; i + 64 <= bytes; i += 64) acc = _mm512_xor_si512(acc, _mm512_loadu_si512(p + i));
-  alignas(64) uint32_t w[16];
-  _mm512_store_si512(w, acc);
-  uint32_t x = xor_words(p + i, bytes - i);
-  for (uint32_t a : w) x ^= a;
-  return x;
-}
-}  // namespace
-
-uint32_t Evict::read_wide() const {
+// The runs read as xor_lines512 on all OpenMP threads, each its share (xor_words without AVX-512).
+template <bool kRequest>
+uint32_t read_lines512(const std::vector<std::pair<const unsigned char*, size_t>>& runs, size_t bytes) {
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   uint32_t total = 0;
 #pragma omp parallel reduction(^ : total)
-  for_share(runs_, bytes_, omp_get_thread_num(), omp_get_num_threads(),
-            [&](const unsigned char* p, size_t n) { total ^= avx512 ? xor_lines512(p, n) : xor_words(p, n); });
-  return total;
-}
-
-uint32_t Evict::read_requested() const {
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
-  uint32_t total = 0;
-#pragma omp parallel reduction(^ : total)
-  for_share(runs_, bytes_, omp_get_thread_num(), omp_get_num_threads(), [&](const unsigned char* p, size_t n) {
-    total ^= avx512 ? xor_lines_requested512(p, n) : xor_words<true>(p, n);
+  for_share(runs, bytes, omp_get_thread_num(), omp_get_num_threads(), [&](const unsigned char* p, size_t n) {
+    total ^= avx512 ? xor_lines512<kRequest>(p, n) : xor_words<kRequest>(p, n);
   });
   return total;
 }
+}  // namespace
+
+uint32_t Evict::read_requested() const { return read_lines512<true>(runs_, bytes_); }
+
+uint32_t Evict::read_wide() const { return read_lines512<false>(runs_, bytes_); }
 
 double Evict::reference_seconds(uint32_t& sink, ReferenceRead& fastest) const {
   const auto evicted_read = [&](uint32_t (Evict::*read_fn)() const) {

@@ -8,10 +8,7 @@
 //   /tmp/decode_order [HEADS] [TILE_KEYS]     # 8 heads (D2's 32 MiB), 256-key tiles
 // On a Zen 4: the scores' old order (two blocks at once, a line of each: 4, 5) 13–15% below a plain
 // read; a plain read with requests ahead of each line (8–10) 5–15% below one without.
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <vector>
 
 #include "stream_probe.hpp"
 static long H = 8;
@@ -126,28 +123,5 @@ int main(int argc, char** argv) {
                           "11 kernel order + kernel-like req",
                           "12 tiles seq + L1 + L2 req",
                           "13 tiles seq + L2 req only"};
-  std::vector<double> r[M];
-  volatile int sink = 0;
-  const int reps = 21;
-  for (int rep = 0; rep < reps; ++rep)
-    for (int i = 0; i < M; ++i) {
-      const int m = (i + rep) % M;
-      evict(buf, bytes);
-      const auto t0 = std::chrono::steady_clock::now();
-      if (m == 0) {
-#pragma omp parallel num_threads(2)
-        sink = sink + bench_read(buf + omp_get_thread_num() * bytes / 2, bytes / 2);
-      } else {
-#pragma omp parallel for num_threads(2) schedule(static)
-        for (long h = 0; h < H; ++h) {
-          V v = head(m, buf + h * 2 * KB);
-          sink = sink + _mm512_reduce_add_epi32(v);
-        }
-      }
-      r[m].push_back(bytes / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 1e9);
-    }
-  for (int m = 0; m < M; ++m) {
-    std::sort(r[m].begin(), r[m].end());
-    std::printf("%-34s median %.1f GB/s (%.1f-%.1f)\n", names[m], r[m][reps / 2], r[m][0], r[m][reps - 1]);
-  }
+  time_orders(buf, H, 2 * KB, names, M, head);
 }

@@ -11,10 +11,8 @@
 // with its requests (the next group into L1 in address order, 24 KiB on into L2) 30.4, 29.8; that
 // order touching the next group with plain loads in address order 46.5, 31.6 (the read 44.5, 33.2).
 // In the kernel neither order carried over (performance.md): the arithmetic is not overlapped.
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
-#include <vector>
+
 #include "stream_probe.hpp"
 static long H = 8;
 constexpr long L = 4096, D = 128, RB = D * 4, KB = L * RB;
@@ -33,11 +31,13 @@ __attribute__((noinline)) V groups(const char* K, long rows, long total_rows, V 
   for (int g = 0; g < G; ++g) c[g] = a;
   for (long r = 0; r < rows; r += G) {
     const char* p = K + r * RB;
-    const char* run = (REQ & 1) && r + G < total_rows ? p + G * RB : nullptr;      // next group, L1, in order
+    const char* run = (REQ & 1) && r + G < total_rows ? p + G * RB : nullptr;             // next group, L1, in order
     const char* l2 = (REQ & 2) && r + G + 48 < total_rows ? p + (G + 48) * RB : nullptr;  // 24 KiB on, L2
     for (long d = 0; d < RB; d += 64) {
-      if (run) for (int g = 0; g < G; ++g) _mm_prefetch(run + (d / 64) * G * 64 + g * 64, _MM_HINT_T0);
-      if (l2) for (int g = 0; g < G; ++g) _mm_prefetch(l2 + (d / 64) * G * 64 + g * 64, _MM_HINT_T1);
+      if (run)
+        for (int g = 0; g < G; ++g) _mm_prefetch(run + (d / 64) * G * 64 + g * 64, _MM_HINT_T0);
+      if (l2)
+        for (int g = 0; g < G; ++g) _mm_prefetch(l2 + (d / 64) * G * 64 + g * 64, _MM_HINT_T1);
       for (int g = 0; g < G; ++g) c[g] = x(c[g], ld(p + g * RB + d));
     }
   }
@@ -53,7 +53,8 @@ __attribute__((noinline)) V touch(const char* K, long rows, long total_rows, V a
     const char* p = K + r * RB;
     const char* run = r + 4 * AHEAD < total_rows ? p + 4 * AHEAD * RB : nullptr;
     for (long d = 0; d < RB; d += 64) {
-      if (run) for (int g = 0; g < 4; ++g) t = _mm512_or_si512(t, ld(run + (d / 64) * 4 * 64 + g * 64));
+      if (run)
+        for (int g = 0; g < 4; ++g) t = _mm512_or_si512(t, ld(run + (d / 64) * 4 * 64 + g * 64));
       for (int g = 0; g < 4; ++g) c[g] = x(c[g], ld(p + g * RB + d));
     }
   }
@@ -76,18 +77,54 @@ V head(int m, const char* base) {
   for (long t = 0; t < KB; t += tb) {
     const long r0 = t / RB;
     switch (m) {
-      case 1: a = seq(K + t, tb, a); a = seq(Vv + t, tb, a); break;
-      case 2: a = groups<4, 0>(K + t, T, L - r0, a); a = seq(Vv + t, tb, a); break;
-      case 3: a = groups<4, 3>(K + t, T, L - r0, a); a = seqreq<2>(Vv + t, tb, KB - t, a); break;
-      case 4: a = groups<4, 1>(K + t, T, L - r0, a); a = seq(Vv + t, tb, a); break;
-      case 5: a = groups<4, 2>(K + t, T, L - r0, a); a = seqreq<2>(Vv + t, tb, KB - t, a); break;
-      case 6: a = groups<2, 0>(K + t, T, L - r0, a); a = seq(Vv + t, tb, a); break;
-      case 7: a = groups<8, 0>(K + t, T, L - r0, a); a = seq(Vv + t, tb, a); break;
-      case 8: a = groups<16, 0>(K + t, T, L - r0, a); a = seq(Vv + t, tb, a); break;
-      case 9: a = seqreq<2>(K + t, tb, KB - t, a); a = seqreq<2>(Vv + t, tb, KB - t, a); break;
-      case 10: a = touch<1>(K + t, T, L - r0, a); a = seq(Vv + t, tb, a); break;
-      case 11: a = touch<2>(K + t, T, L - r0, a); a = seq(Vv + t, tb, a); break;
-      case 12: a = touch<4>(K + t, T, L - r0, a); a = seq(Vv + t, tb, a); break;
+      case 1:
+        a = seq(K + t, tb, a);
+        a = seq(Vv + t, tb, a);
+        break;
+      case 2:
+        a = groups<4, 0>(K + t, T, L - r0, a);
+        a = seq(Vv + t, tb, a);
+        break;
+      case 3:
+        a = groups<4, 3>(K + t, T, L - r0, a);
+        a = seqreq<2>(Vv + t, tb, KB - t, a);
+        break;
+      case 4:
+        a = groups<4, 1>(K + t, T, L - r0, a);
+        a = seq(Vv + t, tb, a);
+        break;
+      case 5:
+        a = groups<4, 2>(K + t, T, L - r0, a);
+        a = seqreq<2>(Vv + t, tb, KB - t, a);
+        break;
+      case 6:
+        a = groups<2, 0>(K + t, T, L - r0, a);
+        a = seq(Vv + t, tb, a);
+        break;
+      case 7:
+        a = groups<8, 0>(K + t, T, L - r0, a);
+        a = seq(Vv + t, tb, a);
+        break;
+      case 8:
+        a = groups<16, 0>(K + t, T, L - r0, a);
+        a = seq(Vv + t, tb, a);
+        break;
+      case 9:
+        a = seqreq<2>(K + t, tb, KB - t, a);
+        a = seqreq<2>(Vv + t, tb, KB - t, a);
+        break;
+      case 10:
+        a = touch<1>(K + t, T, L - r0, a);
+        a = seq(Vv + t, tb, a);
+        break;
+      case 11:
+        a = touch<2>(K + t, T, L - r0, a);
+        a = seq(Vv + t, tb, a);
+        break;
+      case 12:
+        a = touch<4>(K + t, T, L - r0, a);
+        a = seq(Vv + t, tb, a);
+        break;
     }
   }
   return a;
@@ -97,31 +134,18 @@ int main(int argc, char** argv) {
   const size_t bytes = size_t(H) * 2 * KB;
   char* buf = huge_buffer(bytes);
   constexpr int M = 13;
-  const char* names[M] = {"bench read (xor words, halves)", "1 tiles K,V seq", "2 K groups of 4 depth-major, no req",
-                          "3 groups4 + kernel req (L1 next, L2 24K)", "4 groups4 + L1 next only", "5 groups4 + L2 only",
-                          "6 groups of 2", "7 groups of 8", "8 groups of 16", "9 tiles seq + L2 24K", "10 groups4 + touch loads 1 ahead", "11 touch 2 ahead", "12 touch 4 ahead"};
-  std::vector<double> r[M];
-  volatile int sink = 0;
-  const int reps = 21;
-  for (int rep = 0; rep < reps; ++rep)
-    for (int i = 0; i < M; ++i) {
-      const int m = (i + rep) % M;
-      evict(buf, bytes);
-      const auto t0 = std::chrono::steady_clock::now();
-      if (m == 0) {
-#pragma omp parallel num_threads(2)
-        sink = sink + bench_read(buf + omp_get_thread_num() * bytes / 2, bytes / 2);
-      } else {
-#pragma omp parallel for num_threads(2) schedule(static)
-        for (long h = 0; h < H; ++h) {
-          V v = head(m, buf + h * 2 * KB);
-          sink = sink + _mm512_reduce_add_epi32(v);
-        }
-      }
-      r[m].push_back(bytes / std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 1e9);
-    }
-  for (int m = 0; m < M; ++m) {
-    std::sort(r[m].begin(), r[m].end());
-    std::printf("%-44s median %.1f GB/s (%.1f-%.1f)\n", names[m], r[m][reps / 2], r[m][0], r[m][reps - 1]);
-  }
+  const char* names[M] = {"bench read (xor words, halves)",
+                          "1 tiles K,V seq",
+                          "2 K groups of 4 depth-major, no req",
+                          "3 groups4 + kernel req (L1 next, L2 24K)",
+                          "4 groups4 + L1 next only",
+                          "5 groups4 + L2 only",
+                          "6 groups of 2",
+                          "7 groups of 8",
+                          "8 groups of 16",
+                          "9 tiles seq + L2 24K",
+                          "10 groups4 + touch loads 1 ahead",
+                          "11 touch 2 ahead",
+                          "12 touch 4 ahead"};
+  time_orders(buf, H, 2 * KB, names, M, head, 44);
 }

@@ -6,8 +6,12 @@
 #include <omp.h>
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <vector>
 
 // n bytes on 2 MiB pages (where the kernel allows), filled with normal floats (denormal products
 // would make every FMA a microcode assist).
@@ -42,4 +46,37 @@ __attribute__((noinline)) inline unsigned bench_read(const char* c, size_t n) {
   unsigned y = 0;
   for (unsigned v : x) y ^= v;
   return y;
+}
+
+// The order probes' harness (decode_order.cpp, rowmajor_order.cpp): `orders` ways of reading the
+// `heads` heads of `head_bytes` each at buf, rotated pass by pass over `reps` passes, each pass
+// after evict(): order 0 is the bench's plain read of the whole buffer (each thread its half), order
+// m > 0 head(m, base of a head) over the heads on two threads. Prints each order's median GB/s.
+template <class Head>
+void time_orders(char* buf, long heads, size_t head_bytes, const char* const* names, int orders, Head&& head,
+                 int width = 34, int reps = 21) {
+  const size_t bytes = static_cast<size_t>(heads) * head_bytes;
+  std::vector<std::vector<double>> r(static_cast<size_t>(orders));
+  volatile int sink = 0;
+  for (int rep = 0; rep < reps; ++rep)
+    for (int i = 0; i < orders; ++i) {
+      const int m = (i + rep) % orders;
+      evict(buf, bytes);
+      const auto t0 = std::chrono::steady_clock::now();
+      if (m == 0) {
+#pragma omp parallel num_threads(2)
+        sink = sink + bench_read(buf + omp_get_thread_num() * bytes / 2, bytes / 2);
+      } else {
+#pragma omp parallel for num_threads(2) schedule(static)
+        for (long h = 0; h < heads; ++h) sink = sink + _mm512_reduce_add_epi32(head(m, buf + h * head_bytes));
+      }
+      r[static_cast<size_t>(m)].push_back(static_cast<double>(bytes) /
+                                          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                                          1e9);
+    }
+  for (int m = 0; m < orders; ++m) {
+    std::vector<double>& v = r[static_cast<size_t>(m)];
+    std::sort(v.begin(), v.end());
+    std::printf("%-*s median %.1f GB/s (%.1f-%.1f)\n", width, names[m], v[reps / 2], v[0], v[reps - 1]);
+  }
 }
