@@ -36,7 +36,7 @@ class Evict {
   /// A plain streaming read of exactly these bytes where they lie, in address order (ranges sorted,
   /// adjacent ones merged: a paged cache's blocks that follow each other in the pool are one run),
   /// as 32-bit integer words (any element type), on all OpenMP threads, each reading a contiguous
-  /// share; returns their XOR so it is not elided. One of the decode entries' two reference reads
+  /// share; returns their XOR so it is not elided. One of the decode entries' three reference reads
   /// (reference_seconds): the same bytes in the same physical pages as the call read (a separate
   /// copy can land in slower memory: one of D3's K/V read at 22 GB/s against 31 for D1's in one run
   /// on the AMX Xeon, and the caches then read "above 100%").

@@ -5,8 +5,8 @@
 // that start inside a block of the cache's blocked K layout. Decode's new K/V are stored by the item
 // of the key range that holds them (exec::Problem::store): two new tokens inside one range (1500
 // cached) and across two (1535 cached: ranges of 768 keys), which are stored before the items.
-// 512 and 1025 keys: a blocked f32/16-bit K's decode tiles of 512 keys (flash_narrow's
-// narrow_tile_keys), exactly one and two plus one key.
+// 512 and 1025 keys (511 and 1024 cached, one new): a blocked f32/16-bit K's decode tiles are 512
+// keys (flash_narrow's narrow_tile_keys), so exactly one tile, and two tiles and one key more.
 #include <gtest/gtest.h>
 
 #include <algorithm>
