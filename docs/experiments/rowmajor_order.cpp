@@ -24,108 +24,65 @@ __attribute__((noinline)) V seq(const char* p, long n, V a) {
   for (long i = 0; i < n; i += 64) a = x(a, ld(p + i));
   return a;
 }
-// groups of G rows, depth-major (the kernel's narrow_scores, NR=4 -> G=4)
-template <int G, int REQ>
+// K in groups of G rows, depth-major (the kernel's narrow_scores: NR = 4 -> G = 4). REQ bits: 1 the
+// next group into L1 in address order, 2 the group 24 KiB on into L2, 4 the group AHEAD groups on
+// touched with plain loads in address order.
+template <int G, int REQ, int AHEAD = 1>
 __attribute__((noinline)) V groups(const char* K, long rows, long total_rows, V a) {
-  V c[G];
+  V c[G], t = a;
   for (int g = 0; g < G; ++g) c[g] = a;
   for (long r = 0; r < rows; r += G) {
     const char* p = K + r * RB;
     const char* run = (REQ & 1) && r + G < total_rows ? p + G * RB : nullptr;             // next group, L1, in order
     const char* l2 = (REQ & 2) && r + G + 48 < total_rows ? p + (G + 48) * RB : nullptr;  // 24 KiB on, L2
+    const char* touch = (REQ & 4) && r + G * AHEAD < total_rows ? p + G * AHEAD * RB : nullptr;
     for (long d = 0; d < RB; d += 64) {
-      if (run)
-        for (int g = 0; g < G; ++g) _mm_prefetch(run + (d / 64) * G * 64 + g * 64, _MM_HINT_T0);
-      if (l2)
-        for (int g = 0; g < G; ++g) _mm_prefetch(l2 + (d / 64) * G * 64 + g * 64, _MM_HINT_T1);
+      const long at = (d / 64) * G * 64;
+      for (int g = 0; g < G; ++g) {
+        if (run) _mm_prefetch(run + at + g * 64, _MM_HINT_T0);
+        if (l2) _mm_prefetch(l2 + at + g * 64, _MM_HINT_T1);
+        if (touch) t = _mm512_or_si512(t, ld(touch + at + g * 64));
+      }
       for (int g = 0; g < G; ++g) c[g] = x(c[g], ld(p + g * RB + d));
     }
   }
   for (int g = 1; g < G; ++g) c[0] = x(c[0], c[g]);
-  return c[0];
-}
-// groups of 4 depth-major, touching the group AHEAD groups on with plain loads, in address order
-template <int AHEAD>
-__attribute__((noinline)) V touch(const char* K, long rows, long total_rows, V a) {
-  V c[4], t = a;
-  for (int g = 0; g < 4; ++g) c[g] = a;
-  for (long r = 0; r < rows; r += 4) {
-    const char* p = K + r * RB;
-    const char* run = r + 4 * AHEAD < total_rows ? p + 4 * AHEAD * RB : nullptr;
-    for (long d = 0; d < RB; d += 64) {
-      if (run)
-        for (int g = 0; g < 4; ++g) t = _mm512_or_si512(t, ld(run + (d / 64) * 4 * 64 + g * 64));
-      for (int g = 0; g < 4; ++g) c[g] = x(c[g], ld(p + g * RB + d));
-    }
-  }
-  for (int g = 1; g < 4; ++g) c[0] = x(c[0], c[g]);
   return x(c[0], t);
 }
-template <int REQ>
-__attribute__((noinline)) V seqreq(const char* p, long n, long avail, V a) {
+// A sequential read, with (REQ & 2) each line's successor 24 KiB on requested into L2.
+template <int REQ = 0>
+__attribute__((noinline)) V seq(const char* p, long n, long avail, V a) {
   for (long i = 0; i < n; i += 64) {
     if ((REQ & 2) && i + 24576 < avail) _mm_prefetch(p + i + 24576, _MM_HINT_T1);
     a = x(a, ld(p + i));
   }
   return a;
 }
+// Head `base` in tiles of T keys: the tile's K in order m, then its V (sequential; with L2
+// requests where order m has them).
 V head(int m, const char* base) {
   const char* K = base;
   const char* Vv = base + KB;
   V a = _mm512_setzero_si512();
   const long tb = T * RB;
+  const bool v_requests = m == 3 || m == 5 || m == 9;
   for (long t = 0; t < KB; t += tb) {
-    const long r0 = t / RB;
+    const long rows = L - t / RB;
     switch (m) {
-      case 1:
-        a = seq(K + t, tb, a);
-        a = seq(Vv + t, tb, a);
-        break;
-      case 2:
-        a = groups<4, 0>(K + t, T, L - r0, a);
-        a = seq(Vv + t, tb, a);
-        break;
-      case 3:
-        a = groups<4, 3>(K + t, T, L - r0, a);
-        a = seqreq<2>(Vv + t, tb, KB - t, a);
-        break;
-      case 4:
-        a = groups<4, 1>(K + t, T, L - r0, a);
-        a = seq(Vv + t, tb, a);
-        break;
-      case 5:
-        a = groups<4, 2>(K + t, T, L - r0, a);
-        a = seqreq<2>(Vv + t, tb, KB - t, a);
-        break;
-      case 6:
-        a = groups<2, 0>(K + t, T, L - r0, a);
-        a = seq(Vv + t, tb, a);
-        break;
-      case 7:
-        a = groups<8, 0>(K + t, T, L - r0, a);
-        a = seq(Vv + t, tb, a);
-        break;
-      case 8:
-        a = groups<16, 0>(K + t, T, L - r0, a);
-        a = seq(Vv + t, tb, a);
-        break;
-      case 9:
-        a = seqreq<2>(K + t, tb, KB - t, a);
-        a = seqreq<2>(Vv + t, tb, KB - t, a);
-        break;
-      case 10:
-        a = touch<1>(K + t, T, L - r0, a);
-        a = seq(Vv + t, tb, a);
-        break;
-      case 11:
-        a = touch<2>(K + t, T, L - r0, a);
-        a = seq(Vv + t, tb, a);
-        break;
-      case 12:
-        a = touch<4>(K + t, T, L - r0, a);
-        a = seq(Vv + t, tb, a);
-        break;
+      case 1: a = seq(K + t, tb, KB - t, a); break;
+      case 2: a = groups<4, 0>(K + t, T, rows, a); break;
+      case 3: a = groups<4, 3>(K + t, T, rows, a); break;
+      case 4: a = groups<4, 1>(K + t, T, rows, a); break;
+      case 5: a = groups<4, 2>(K + t, T, rows, a); break;
+      case 6: a = groups<2, 0>(K + t, T, rows, a); break;
+      case 7: a = groups<8, 0>(K + t, T, rows, a); break;
+      case 8: a = groups<16, 0>(K + t, T, rows, a); break;
+      case 9: a = seq<2>(K + t, tb, KB - t, a); break;
+      case 10: a = groups<4, 4, 1>(K + t, T, rows, a); break;
+      case 11: a = groups<4, 4, 2>(K + t, T, rows, a); break;
+      case 12: a = groups<4, 4, 4>(K + t, T, rows, a); break;
     }
+    a = v_requests ? seq<2>(Vv + t, tb, KB - t, a) : seq(Vv + t, tb, KB - t, a);
   }
   return a;
 }
