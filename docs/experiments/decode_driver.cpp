@@ -1,18 +1,17 @@
 // Session 34's decode driver (docs/performance.md, "Session 34"): not built by the project. One
-// decode step over a KVCache (f32 or i8, one sequence, Hkv kv heads × L keys, D 128, GROUP query rows
-// per kv head), timed after the bench's eviction of the cache's bytes (bench/machine.hpp Evict) and
-// paired with the bench's reference read of the same bytes (Evict::reference_seconds); NOEVICT=1 (argument 5) times it
-// warm (L2 or L3). Median step, read and share over REPS steps, and a hash of the output's bits (to
-// compare builds). `sdpa` (session 49) times scaled_dot_product_attention instead, over K and V in
-// the user's tensors ([1, Hkv, L, D], 64-byte aligned): the row-major counterpart of the cache's step.
-// Built from the repository root after a build:
+// decode step over a KVCache (f32, bf16 or i8, one sequence, Hkv kv heads × L keys, D 128, GROUP query rows
+// per kv head; bf16 since session 53), timed after the bench's eviction of the cache's bytes (bench/machine.hpp Evict)
+// and paired with the bench's reference read of the same bytes (Evict::reference_seconds); NOEVICT=1 (argument 5) times
+// it warm (L2 or L3). Median step, read and share over REPS steps, and a hash of the output's bits (to compare builds).
+// `sdpa` (session 49) times scaled_dot_product_attention instead, over K and V in the user's tensors ([1, Hkv, L, D],
+// 64-byte aligned): the row-major counterpart of the cache's step. Built from the repository root after a build:
 //   g++ -std=c++20 -O2 -march=native -fopenmp -I. -Iinclude -Ibuild/runtime/include \
 //       docs/experiments/decode_driver.cpp bench/machine.cpp -o /tmp/decode_driver \
 //       build/lib/libattend_core.a -ldnnl -lnuma -lbenchmark -lpthread
 //   OMP_NUM_THREADS=2 /tmp/decode_driver i8 4096 8 41        # D2's shape, evicted
 //   OMP_NUM_THREADS=1 /tmp/decode_driver f32 1024 1 801 1    # one head, L2-resident
 //   OMP_NUM_THREADS=2 /tmp/decode_driver sdpa 4096 8 41      # sdpa/attend/D2's shape, evicted
-//   usage: decode_driver f32|i8|sdpa L Hkv REPS NOEVICT GROUP
+//   usage: decode_driver f32|bf16|i8|sdpa L Hkv REPS NOEVICT GROUP
 #include <attend/attend.hpp>
 #include <chrono>
 #include <cstdio>
@@ -28,7 +27,7 @@ static double now() {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "i8";
   const bool sdpa = mode == "sdpa";
-  const DType dt = mode == "i8" ? DType::i8 : DType::f32;
+  const DType dt = mode == "i8" ? DType::i8 : mode == "bf16" ? DType::bf16 : DType::f32;
   const int64_t L = argc > 2 ? atoll(argv[2]) : 4096, Hkv = argc > 3 ? atoll(argv[3]) : 8, D = 128;
   const int64_t grp = argc > 6 ? atoll(argv[6]) : 4;
   const int64_t Hq = Hkv * grp;

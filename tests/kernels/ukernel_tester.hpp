@@ -203,6 +203,20 @@ void score_cases(UkernelReport& r) {
         }
 }
 
+// pvt_block's bits against pv_block's. Both fuse every product with its sum, but on AVX-512 one
+// through xsimd::fma (xsimd 8: x·y + z, fused by GCC's contraction) and the other's masked kernel
+// through an FMA intrinsic; a sanitizer build's instrumentation stops the contraction, so there
+// the two may differ by a rounding of the product per key (1–2 ulps seen) and are compared to
+// 4 ulps of 1 per key (the cases' values are O(1)) instead. Every other build compares the bits.
+inline bool same_fma_bits(float a, float b, int64_t keys) {
+#if defined(ATTEND_SANITIZER_BUILD)
+  return std::fabs(static_cast<double>(a) - b) <= 4.0 * std::numeric_limits<float>::epsilon() * (1.0 + keys);
+#else
+  (void)keys;
+  return std::memcmp(&a, &b, sizeof(float)) == 0;
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------
 // pv_block: O[rows][Dv] = α·O + P·V over a key run, both P layouts (wide Sᵀ, narrow S), masked and
 // not, V of each element type, with and without V prefetching. In masked runs some keys have P = 0
@@ -235,6 +249,8 @@ void pv_cases(UkernelReport& r) {
           Buf<float> o(nr * ldo), want(nr * ldo), alpha(nr), p(ldr * (nk > 0 ? nk : 1));
           Buf<E> v(nk * dv + 1);
           for (int64_t i = 0; i < nr * ldo; ++i) want[i] = o[i] = rng.uniform();
+          Buf<float> o0(nr * ldo);
+          for (int64_t i = 0; i < nr * ldo; ++i) o0[i] = o[i];
           for (int64_t i = 0; i < nr; ++i) alpha[i] = 0.5f + 0.5f * rng.uniform();
           for (int64_t j = 0; j < nk; ++j) {
             const bool dead = masked && j % 5 == 2;
@@ -274,6 +290,23 @@ void pv_cases(UkernelReport& r) {
                 return;
               }
           }
+          // On AVX-512 every unmasked kernel (pv_tile, pv_tile_vmem, a bf16 V's pv_tile_bf16_pairs)
+          // computes each element as O·alpha rounded, then one fused multiply-add per key in key
+          // order: the bits of that sequence in scalar code.
+          if (W == 16 && !masked)
+            for (int64_t i = 0; i < nr; ++i)
+              for (int64_t d = 0; d < dv; ++d) {
+                float e = o0[i * ldo + d] * alpha[i];
+                for (int64_t j = 0; j < nk; ++j) e = std::fmaf(p[i * prs + j * pks], to_float(v[j * dv + d]), e);
+                if (!same_fma_bits(o[i * ldo + d], e, nk)) {
+                  r.fail(
+                      "pv_block<%s> rows=%lld dv=%lld keys=%lld layout=%s: O[%lld][%lld] = %.9g, fused in key order "
+                      "%.9g",
+                      type_name<E>(), (long long)nr, (long long)dv, (long long)nk, narrow_layout ? "S" : "St",
+                      (long long)i, (long long)d, o[i * ldo + d], e);
+                  return;
+                }
+              }
           for (int64_t i = 0; i < nr * ldo; ++i)
             if (!close(o[i], want[i], (1.0 + nk) * value_range<E>())) {
               r.fail("pv_block<%s> rows=%lld dv=%lld keys=%lld masked=%d layout=%s: O[%lld] = %g, want %g",
@@ -282,20 +315,6 @@ void pv_cases(UkernelReport& r) {
               return;
             }
         }
-}
-
-// pvt_block's bits against pv_block's. Both fuse every product with its sum, but on AVX-512 one
-// through xsimd::fma (xsimd 8: x·y + z, fused by GCC's contraction) and the other's masked kernel
-// through an FMA intrinsic; a sanitizer build's instrumentation stops the contraction, so there
-// the two may differ by a rounding of the product per key (1–2 ulps seen) and are compared to
-// 4 ulps of 1 per key (the cases' values are O(1)) instead. Every other build compares the bits.
-inline bool same_fma_bits(float a, float b, int64_t keys) {
-#if defined(ATTEND_SANITIZER_BUILD)
-  return std::fabs(static_cast<double>(a) - b) <= 4.0 * std::numeric_limits<float>::epsilon() * (1.0 + keys);
-#else
-  (void)keys;
-  return std::memcmp(&a, &b, sizeof(float)) == 0;
-#endif
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -433,6 +452,25 @@ void blocked_cases(UkernelReport& r) {
             const int64_t l2_blocks = extra == 2 * G + 1 ? 1 + ib % 2 : 0;
             blocked_scores_dispatch<Arch, E>(pack, blk.data(), nb, ahead, depth, q.p, s.p, lds, packs, l2_blocks);
             ++r.cases;
+            // A 16-bit K scores as its f32 widening does, bit for bit (the same depth steps per
+            // iteration; bf16 on AVX-512 through blocked_scores' pairs kernel).
+            if constexpr (std::is_same_v<E, Bf16> || std::is_same_v<E, F16>) {
+              Buf<float> kf(ahead * kKeyBlock * depth), sf(rows * lds);
+              for (int64_t i = 0; i < ahead * kKeyBlock * depth; ++i) kf[i] = to_float(k[i]);
+              std::vector<const float*> blkf(static_cast<size_t>(ahead));
+              for (int64_t b = 0; b < ahead; ++b) blkf[static_cast<size_t>(b)] = kf.p + where(b) * kKeyBlock * depth;
+              blocked_scores_dispatch<Arch, float>(pack, blkf.data(), nb, ahead, depth, q.p, sf.p, lds, packs);
+              for (int64_t i = 0; i < rows; ++i)
+                for (int64_t j = 0; j < nb * kKeyBlock; ++j)
+                  if (std::memcmp(&s[i * lds + j], &sf[i * lds + j], sizeof(float)) != 0) {
+                    r.fail(
+                        "blocked_scores<%s> pack=%d packs=%d blocks=%lld depth=%lld: S[%lld][%lld] = %.9g, %.9g "
+                        "over the f32 widening",
+                        type_name<E>(), pack, packs, (long long)nb, (long long)depth, (long long)i, (long long)j,
+                        s[i * lds + j], sf[i * lds + j]);
+                    return;
+                  }
+            }
             for (int64_t i = 0; i < rows; ++i)
               for (int64_t j = 0; j < nb * kKeyBlock; ++j) {
                 double want = 0.0, mag = 0.0;

@@ -81,6 +81,32 @@ inline vfloat<Arch> load_bf16(const Bf16* p, requires_arch<xsimd::avx512bw>) {
   const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
+// 32 bf16 at once (the decode kernels' bf16 V and K, pv_tile_bf16_pairs and blocked_scores): a
+// bf16 is the high half of its f32, so the even elements of a 64-byte line (each dword's low half)
+// widen by one shift and the odd ones (its high half) by one masked move, with no cross-lane
+// shuffle (load_bf16 takes vpmovzxwd, a port-5 shuffle, and vpslld per 16). Their lanes are then
+// even/odd: even_lanes and odd_lanes put 32 floats that way, interleave_low and interleave_high
+// back in order.
+inline __m512 even_lanes(__m512 lo, __m512 hi) {  // columns 0, 2, …, 30 of lo:hi
+  return _mm512_permutex2var_ps(lo, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), hi);
+}
+inline __m512 odd_lanes(__m512 lo, __m512 hi) {  // columns 1, 3, …, 31
+  return _mm512_permutex2var_ps(lo, _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), hi);
+}
+inline __m512 interleave_low(__m512 even, __m512 odd) {  // columns 0–15 from the even/odd halves
+  return _mm512_permutex2var_ps(even, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23), odd);
+}
+inline __m512 interleave_high(__m512 even, __m512 odd) {  // columns 16–31
+  return _mm512_permutex2var_ps(even, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31),
+                                odd);
+}
+// The even and the odd elements of 32 bf16 at p, as f32.
+[[gnu::always_inline]] inline __m512 bf16_even(const Bf16* p) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(p), 16));
+}
+[[gnu::always_inline]] inline __m512 bf16_odd(const Bf16* p) {
+  return _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(0xaaaaaaaau, p));
+}
 #endif
 #if defined(__AVX512F__)
 template <class Arch>

@@ -13,6 +13,31 @@
 namespace attend::kernels {
 namespace {
 
+// Whether blocked_scores<Arch, NR, G, E> with U depth steps per iteration takes the bf16 pairs
+// kernel (given qq).
+template <class Arch, class E, int NR, int U, int NV>
+constexpr bool blocked_pairs() {
+#if defined(__AVX512BW__)
+  return std::is_same_v<E, Bf16> && vfloat<Arch>::size == 16 && kKeyBlock == 16 && U == 2 && NV >= 1;
+#else
+  return false;
+#endif
+}
+
+#if defined(__AVX512BW__)
+// rows queries of depth floats as the pairs kernel reads them: (q[d] ×8, q[d + 1] ×8) per even d,
+// row r's pairs at qq + r·depth·8.
+inline void bf16_query_pairs(const float* q, int64_t rows, int64_t depth, float* qq) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t d = 0; d < depth; d += 2) {
+      const __m512 lo = _mm512_set1_ps(q[r * depth + d]), hi = _mm512_set1_ps(q[r * depth + d + 1]);
+      _mm512_store_ps(qq + (r * depth + d) * 8, _mm512_mask_blend_ps(0xff00, lo, hi));
+    }
+}
+#endif
+/// The most floats of query pairs blocked_scores_run builds on its stack (rows·depth ≤ 1024).
+constexpr int64_t kMaxQueryPairFloats = 8 * 1024;
+
 // S[NR][G·kKeyBlock] for G key blocks (blk[g] each [D][kKeyBlock]; a paged cache scatters them)
 // and NR query rows (q: NR rows of depth floats, pre-scaled; a pack's padding rows have zero
 // queries). pf: null, or the G blocks the next call reads, fetched a slice per depth step so the
@@ -29,9 +54,13 @@ namespace {
 // UG: the group whose depth steps per iteration (U, below) this call takes — G itself, or, for a
 // group's blocks scored one at a time in address order (FlashWork::hardware_stream), the group's
 // G: each block's sums then add the same products in the same order, so the order changes no bit.
+//
+// qq (a bf16 K on AVX-512, two depth steps per iteration: blocked_pairs): null, or the rows' queries
+// in depth pairs (bf16_query_pairs), which take the pairs kernel below.
 template <class Arch, int NR, int G, class E, int UG = G>
 [[gnu::noinline]] void blocked_scores(const E* const* blk, int64_t depth, const float* q, float* s, int64_t lds,
-                                      const E* const* pf, const E* const* l2 = nullptr, bool l2_pages = false) {
+                                      const E* const* pf, const E* const* l2 = nullptr, bool l2_pages = false,
+                                      [[maybe_unused]] const float* qq = nullptr) {
   using B = vfloat<Arch>;
   constexpr int W = B::size;
   static_assert(kKeyBlock % W == 0, "a key block is a whole number of vectors");
@@ -111,6 +140,50 @@ template <class Arch, int NR, int G, class E, int UG = G>
     }
   };
   Stream pfs = start(pf), l2s = start(l2);
+#if defined(__AVX512BW__)
+  // A bf16 K, two depth steps per iteration: a block's 64-byte line holds depths d and d + 1 of its
+  // 16 keys, whose even keys widen by one shift and odd keys by one masked move (bf16_even,
+  // bf16_odd: no cross-lane shuffle, where load_float takes vpmovzxwd and vpslld per depth), each
+  // with d in lanes 0–7 and d + 1 in lanes 8–15, against qq's (q[d] ×8, q[d + 1] ×8). ae then holds
+  // the even keys' sums over the even depths (lanes 0–7) and the odd depths (8–15), ao the odd
+  // keys'; put in key order they are acc[0] and acc[1] of the loop below, added the same way: the
+  // same bits.
+  if constexpr (blocked_pairs<Arch, E, NR, U, NV>()) {
+    if (qq) {
+      __m512 ae[NR][G], ao[NR][G];  // (acc's two halves, in registers of their own)
+      ATTEND_UNROLL
+      for (int r = 0; r < NR; ++r)
+        for (int g = 0; g < G; ++g) ae[r][g] = ao[r][g] = _mm512_setzero_ps();
+      for (int64_t d = 0; d < depth; d += U) {
+        if (pf) request_slice(pfs, std::integral_constant<int, 3>{}, false);
+        if (l2) request_slice(l2s, std::integral_constant<int, 2>{}, l2_pages);
+        __m512 ve[G], vo[G];
+        ATTEND_UNROLL
+        for (int g = 0; g < G; ++g) {
+          ve[g] = bf16_even(b[g] + d * kKeyBlock);
+          vo[g] = bf16_odd(b[g] + d * kKeyBlock);
+        }
+        ATTEND_UNROLL
+        for (int r = 0; r < NR; ++r) {
+          const __m512 qv = _mm512_load_ps(qq + (r * depth + d) * 8);
+          ATTEND_UNROLL
+          for (int g = 0; g < G; ++g) {
+            ae[r][g] = _mm512_fmadd_ps(qv, ve[g], ae[r][g]);
+            ao[r][g] = _mm512_fmadd_ps(qv, vo[g], ao[r][g]);
+          }
+        }
+      }
+      ATTEND_UNROLL
+      for (int r = 0; r < NR; ++r)
+        for (int g = 0; g < G; ++g) {
+          const __m512 even_depths = interleave_low(ae[r][g], ao[r][g]);
+          const __m512 odd_depths = interleave_high(ae[r][g], ao[r][g]);
+          _mm512_store_ps(s + r * lds + g * W, _mm512_add_ps(even_depths, odd_depths));
+        }
+      return;
+    }
+  }
+#endif
   for (int64_t d = 0; d < depth; d += U) {
     if (pf) request_slice(pfs, std::integral_constant<int, 3>{}, false);
     if (l2) request_slice(l2s, std::integral_constant<int, 2>{}, l2_pages);
@@ -161,26 +234,40 @@ void blocked_scores_run(const E* const* blk, int64_t blocks, int64_t known, int6
                         int64_t lds, int packs, int64_t l2_blocks, bool l1_requests, bool l2_pages,
                         bool in_order = false) {
   constexpr int G = blocked_group<Arch>(NR);
+  // A bf16 K's pairs kernel (blocked_scores' qq), when the rows' query pairs fit the stack buffer:
+  // built once per call (a tile), 4 rows at D 128 256 stores against a 512-key tile's 16,384 FMAs.
+  const float* qq = nullptr;
+#if defined(__AVX512BW__)
+  alignas(64) float pairs[std::is_same_v<E, Bf16> && vfloat<Arch>::size == 16 ? kMaxQueryPairFloats : 1];
+  if constexpr (std::is_same_v<E, Bf16> && vfloat<Arch>::size == 16) {
+    if (packs * NR * depth * 8 <= kMaxQueryPairFloats) {
+      bf16_query_pairs(q, packs * NR, depth, pairs);
+      qq = pairs;
+    }
+  }
+#endif
+  auto pack_pairs = [&](int p) { return qq ? qq + p * NR * depth * 8 : nullptr; };
   int64_t b = 0;
   if (G > 1 && in_order) {
     for (; b + G <= blocks; b += G)
       for (int64_t i = b; i < b + G; ++i)
         for (int p = 0; p < packs; ++p)
           blocked_scores<Arch, NR, 1, E, G>(blk + i, depth, q + p * NR * depth, s + p * NR * lds + i * kKeyBlock, lds,
-                                            nullptr);
+                                            nullptr, nullptr, false, pack_pairs(p));
   }
   for (; b + G <= blocks; b += G)  // (a partial last group ahead is left to the hardware)
     for (int p = 0; p < packs; ++p)
       blocked_scores<Arch, NR, G, E>(
           blk + b, depth, q + p * NR * depth, s + p * NR * lds + b * kKeyBlock, lds,
           p == 0 && l1_requests && b + 2 * G <= known ? blk + b + G : nullptr,
-          p == 0 && l2_blocks > 0 && b + l2_blocks + G <= known ? blk + b + l2_blocks : nullptr, l2_pages);
+          p == 0 && l2_blocks > 0 && b + l2_blocks + G <= known ? blk + b + l2_blocks : nullptr, l2_pages,
+          pack_pairs(p));
   for (; b < blocks; ++b)
     for (int p = 0; p < packs; ++p)
       blocked_scores<Arch, NR, 1, E>(blk + b, depth, q + p * NR * depth, s + p * NR * lds + b * kKeyBlock, lds,
                                      p == 0 && l1_requests && b + 1 < known ? blk + b + 1 : nullptr,
                                      p == 0 && l2_blocks > 0 && b + l2_blocks < known ? blk + b + l2_blocks : nullptr,
-                                     l2_pages);
+                                     l2_pages, pack_pairs(p));
 }
 
 template <class Arch, class E>

@@ -156,8 +156,75 @@ template <class Arch, int NV>
 }
 #endif
 
+#if defined(__AVX512BW__)
+// O[R rows][NV·16] = alpha·O + P·V for a bf16 V (NV even), unmasked: pv_tile's and pv_tile_vmem's
+// kernel for this element type (pv_tile_bf16 below says when). Two value vectors per 64-byte line,
+// each widened by one operation (bf16_even, bf16_odd) where load_float takes two: each 32-column
+// chunk's accumulator pair holds its even and its odd columns, put so when O is loaded (even_lanes,
+// odd_lanes) and back in order when it is stored (interleave_*). Every output element takes the
+// same FMAs in the same order as pv_tile's other kernels: the same bits (tested). One thread, a
+// GQA group of four over a bf16 cache (2 kv heads × 1024 keys, L2-resident), Emerald Rapids: P·V
+// 38 → 33% of the step's samples (perf), 16 → 8 widening operations per key.
+template <int R, int NV>
+[[gnu::noinline]] void pv_tile_bf16_pairs(const PvArgs& a) {
+  static_assert(NV % 2 == 0, "whole 32-column chunks");
+  constexpr int C = NV / 2;
+  float* const o = a.o;  // (the arguments in locals, as pv_tile_vmem)
+  const int64_t ldo = a.ldo, ldv = a.ldv, keys = a.keys, prs = a.p_row_stride, pks = a.p_key_stride;
+  __m512 even[R][C], odd[R][C];
+  ATTEND_UNROLL
+  for (int r = 0; r < R; ++r) {
+    const __m512 al = _mm512_set1_ps(a.alpha[r]);
+    ATTEND_UNROLL
+    for (int c = 0; c < C; ++c) {
+      const __m512 lo = _mm512_mul_ps(_mm512_load_ps(o + r * ldo + 32 * c), al);
+      const __m512 hi = _mm512_mul_ps(_mm512_load_ps(o + r * ldo + 32 * c + 16), al);
+      even[r][c] = even_lanes(lo, hi);
+      odd[r][c] = odd_lanes(lo, hi);
+    }
+  }
+  const Bf16* v = static_cast<const Bf16*>(a.v);
+  const float* p = a.p;
+  const RowRequests<Bf16, NV * 16 * static_cast<int64_t>(sizeof(Bf16))> req(a, v);
+  for (int64_t j = 0; j < keys; ++j, v += ldv, p += pks) {
+    if (req.any()) req.next(j, v), req.ahead(j);
+    __m512 pb[R];
+    ATTEND_UNROLL
+    for (int r = 0; r < R; ++r) pb[r] = _mm512_set1_ps(p[r * prs]);
+    ATTEND_UNROLL
+    for (int c = 0; c < C; ++c) {
+      const __m512 ve = bf16_even(v + 32 * c);
+      ATTEND_UNROLL
+      for (int r = 0; r < R; ++r) even[r][c] = _mm512_fmadd_ps(pb[r], ve, even[r][c]);
+      const __m512 vo = bf16_odd(v + 32 * c);
+      ATTEND_UNROLL
+      for (int r = 0; r < R; ++r) odd[r][c] = _mm512_fmadd_ps(pb[r], vo, odd[r][c]);
+    }
+  }
+  ATTEND_UNROLL
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      _mm512_store_ps(o + r * ldo + 32 * c, interleave_low(even[r][c], odd[r][c]));
+      _mm512_store_ps(o + r * ldo + 32 * c + 16, interleave_high(even[r][c], odd[r][c]));
+    }
+}
+#endif
+
+// Whether pv_tile and pv_tile_vmem take pv_tile_bf16_pairs for elements T, NV vectors.
+template <class Arch, class T, int NV>
+constexpr bool pv_tile_bf16() {
+#if defined(__AVX512BW__)
+  return std::is_same_v<T, Bf16> && vfloat<Arch>::size == 16 && NV % 2 == 0;
+#else
+  return false;
+#endif
+}
+
 template <class Arch, int R, int NV, class T, bool Masked>
 void pv_tile(const PvArgs& a) {
+#if defined(__AVX512BW__)
+  if constexpr (!Masked && pv_tile_bf16<Arch, T, NV>()) return pv_tile_bf16_pairs<R, NV>(a);
+#endif
   using B = vfloat<Arch>;
   constexpr int W = B::size;
   B acc[R][NV];
@@ -213,6 +280,9 @@ void pv_tile(const PvArgs& a) {
 // pv_tile: the same bits (tested). Unmasked tiles only (masked ones take pv_tile).
 template <class Arch, int R, int NV, class T = float>
 [[gnu::noinline]] void pv_tile_vmem(const PvArgs& a) {
+#if defined(__AVX512BW__)
+  if constexpr (pv_tile_bf16<Arch, T, NV>()) return pv_tile_bf16_pairs<R, NV>(a);
+#endif
   using B = vfloat<Arch>;
   constexpr int W = B::size;
   // The arguments in locals, as pv_rows_in_memory (O's stores could alias them).
