@@ -100,6 +100,13 @@ inline __m512 interleave_high(__m512 even, __m512 odd) {  // columns 16–31
   return _mm512_permutex2var_ps(even, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31),
                                 odd);
 }
+// a·b + c as the other kernels compute it (xsimd::fma: x·y + z, one FMA by GCC's contraction; a
+// sanitizer build's instrumentation stops the contraction, and there the pairs kernels must still
+// give the other kernels' bits, so no FMA intrinsic).
+[[gnu::always_inline]] inline __m512 fma_as_xsimd(__m512 a, __m512 b, __m512 c) {
+  using F = xsimd::batch<float, xsimd::avx512f>;
+  return xsimd::fma(F(a), F(b), F(c));
+}
 // The even and the odd elements of 32 bf16 at p, as f32.
 [[gnu::always_inline]] inline __m512 bf16_even(const Bf16* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(p), 16));

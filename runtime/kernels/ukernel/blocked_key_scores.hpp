@@ -168,8 +168,8 @@ template <class Arch, int NR, int G, class E, int UG = G>
           const __m512 qv = _mm512_load_ps(qq + (r * depth + d) * 8);
           ATTEND_UNROLL
           for (int g = 0; g < G; ++g) {
-            ae[r][g] = _mm512_fmadd_ps(qv, ve[g], ae[r][g]);
-            ao[r][g] = _mm512_fmadd_ps(qv, vo[g], ao[r][g]);
+            ae[r][g] = fma_as_xsimd(qv, ve[g], ae[r][g]);
+            ao[r][g] = fma_as_xsimd(qv, vo[g], ao[r][g]);
           }
         }
       }

@@ -195,10 +195,10 @@ template <int R, int NV>
     for (int c = 0; c < C; ++c) {
       const __m512 ve = bf16_even(v + 32 * c);
       ATTEND_UNROLL
-      for (int r = 0; r < R; ++r) even[r][c] = _mm512_fmadd_ps(pb[r], ve, even[r][c]);
+      for (int r = 0; r < R; ++r) even[r][c] = fma_as_xsimd(pb[r], ve, even[r][c]);
       const __m512 vo = bf16_odd(v + 32 * c);
       ATTEND_UNROLL
-      for (int r = 0; r < R; ++r) odd[r][c] = _mm512_fmadd_ps(pb[r], vo, odd[r][c]);
+      for (int r = 0; r < R; ++r) odd[r][c] = fma_as_xsimd(pb[r], vo, odd[r][c]);
     }
   }
   ATTEND_UNROLL
