@@ -208,11 +208,6 @@ void score_cases(UkernelReport& r) {
 // through an FMA intrinsic; a sanitizer build's instrumentation stops the contraction, so there
 // the two may differ by a rounding of the product per key (1–2 ulps seen) and are compared to
 // 4 ulps of 1 per key (the cases' values are O(1)) instead. Every other build compares the bits.
-#if defined(ATTEND_SANITIZER_BUILD)
-constexpr bool kSanitizerBuild = true;
-#else
-constexpr bool kSanitizerBuild = false;
-#endif
 inline bool same_fma_bits(float a, float b, int64_t keys) {
 #if defined(ATTEND_SANITIZER_BUILD)
   return std::fabs(static_cast<double>(a) - b) <= 4.0 * std::numeric_limits<float>::epsilon() * (1.0 + keys);
@@ -221,6 +216,12 @@ inline bool same_fma_bits(float a, float b, int64_t keys) {
   return std::memcmp(&a, &b, sizeof(float)) == 0;
 #endif
 }
+// Whether this is such a build (xsimd::fma's x·y + z not contracted into one FMA).
+#if defined(ATTEND_SANITIZER_BUILD)
+constexpr bool kSanitizerBuild = true;
+#else
+constexpr bool kSanitizerBuild = false;
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // pv_block: O[rows][Dv] = α·O + P·V over a key run, both P layouts (wide Sᵀ, narrow S), masked and

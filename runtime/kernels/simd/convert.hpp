@@ -107,6 +107,11 @@ inline __m512 interleave_high(__m512 even, __m512 odd) {  // columns 16–31
   using F = xsimd::batch<float, xsimd::avx512f>;
   return xsimd::fma(F(a), F(b), F(c));
 }
+// Whether elements E on Arch take those kernels (a bf16 K or V, 16-lane vectors).
+template <class Arch, class E>
+constexpr bool bf16_pairs_on() {
+  return std::is_same_v<E, Bf16> && vfloat<Arch>::size == 16;
+}
 // The even and the odd elements of 32 bf16 at p, as f32.
 [[gnu::always_inline]] inline __m512 bf16_even(const Bf16* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_loadu_si512(p), 16));

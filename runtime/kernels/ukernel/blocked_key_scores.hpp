@@ -13,12 +13,12 @@
 namespace attend::kernels {
 namespace {
 
-// Whether blocked_scores<Arch, NR, G, E> with U depth steps per iteration takes the bf16 pairs
-// kernel (given qq).
-template <class Arch, class E, int NR, int U, int NV>
+// Whether blocked_scores<Arch, …, E> with U depth steps per iteration takes the bf16 pairs kernel
+// (given qq).
+template <class Arch, class E, int U>
 constexpr bool blocked_pairs() {
 #if defined(__AVX512BW__)
-  return std::is_same_v<E, Bf16> && vfloat<Arch>::size == 16 && kKeyBlock == 16 && U == 2 && NV >= 1;
+  return bf16_pairs_on<Arch, E>() && kKeyBlock == 16 && U == 2;
 #else
   return false;
 #endif
@@ -148,7 +148,7 @@ template <class Arch, int NR, int G, class E, int UG = G>
   // the even keys' sums over the even depths (lanes 0–7) and the odd depths (8–15), ao the odd
   // keys'; put in key order they are acc[0] and acc[1] of the loop below, added the same way: the
   // same bits.
-  if constexpr (blocked_pairs<Arch, E, NR, U, NV>()) {
+  if constexpr (blocked_pairs<Arch, E, U>()) {
     if (qq) {
       __m512 ae[NR][G], ao[NR][G];  // (acc's two halves, in registers of their own)
       ATTEND_UNROLL
@@ -238,8 +238,8 @@ void blocked_scores_run(const E* const* blk, int64_t blocks, int64_t known, int6
   // built once per call (a tile), 4 rows at D 128 256 stores against a 512-key tile's 16,384 FMAs.
   const float* qq = nullptr;
 #if defined(__AVX512BW__)
-  alignas(64) float pairs[std::is_same_v<E, Bf16> && vfloat<Arch>::size == 16 ? kMaxQueryPairFloats : 1];
-  if constexpr (std::is_same_v<E, Bf16> && vfloat<Arch>::size == 16) {
+  alignas(64) float pairs[bf16_pairs_on<Arch, E>() ? kMaxQueryPairFloats : 1];
+  if constexpr (bf16_pairs_on<Arch, E>()) {
     if (packs * NR * depth * 8 <= kMaxQueryPairFloats) {
       bf16_query_pairs(q, packs * NR, depth, pairs);
       qq = pairs;

@@ -214,7 +214,7 @@ template <int R, int NV>
 template <class Arch, class T, int NV>
 constexpr bool pv_tile_bf16() {
 #if defined(__AVX512BW__)
-  return std::is_same_v<T, Bf16> && vfloat<Arch>::size == 16 && NV % 2 == 0;
+  return bf16_pairs_on<Arch, T>() && NV % 2 == 0;
 #else
   return false;
 #endif
