@@ -218,7 +218,8 @@ int main(int argc, char** argv) {
     std::printf("fpmath bf16    %s\n", bf16_math.c_str());
     std::printf("i8 decode      %s\n", i8_decode.c_str());
     std::printf("bf16 decode    %s\n", bf16_decode.c_str());
-    std::printf("decode rules   %s (ATTEND_DECODE_TUNING=zen4|zen5|amx_xeon|none)\n", decode_rules.c_str());
+    std::printf("decode rules   %s (ATTEND_DECODE_TUNING=zen4|zen5|amx_xeon|amx_xeon_pages|none)\n",
+                decode_rules.c_str());
     std::printf("caches         L1d %s, L2 %s, L3 %s\n", l1d.c_str(), l2.c_str(), l3.c_str());
     std::printf("omp threads    %d\n", omp_get_max_threads());
     std::printf("onednn         %s (isa %s)\n", onednn.c_str(), onednn_isa.c_str());

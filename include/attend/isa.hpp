@@ -95,7 +95,8 @@ ATTEND_API CpuClass cpu_class();
 /// (docs/performance.md) and what they set. A fleet collecting results across CPU classes records
 /// it beside them (attend-info, attend-bench's context).
 struct DecodeTuning {
-  /// "zen4", "zen5", "amx_xeon" or "none" (no class-specific requests)
+  /// "zen4", "zen5", "amx_xeon", "amx_xeon_pages" (the AMX Xeons' rules with a Zen 5's page starts:
+  /// the model-167 Xeon) or "none" (no class-specific requests)
   std::string rules;
   /// ATTEND_DECODE_TUNING chose `rules` (else this machine's CPU class did)
   bool rules_from_environment = false;

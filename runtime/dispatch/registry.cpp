@@ -124,10 +124,23 @@ const EnvCap& env_cap() {
 // cache (D1 81–88 → 62–77%, D2 55–59 → 45–50: its steps need their requests), nor a row-major K
 // (sdpa: 16 rows at once, more streams than the prefetchers follow; without requests D2 43–57%).
 //
-// ATTEND_DECODE_TUNING=zen4|zen5|amx_xeon|none applies one class's rules on any machine (tests run
-// each everywhere; prefetch and order only: the same results); unset: this machine's class.
-// ATTEND_DECODE_HW_STREAM=0|1 overrides the class's choice of decode_hardware_stream.
-enum class Tuning { none, zen4, zen5, amx_xeon };
+// The model-167 AMX Xeon guest (session 55: Sapphire Rapids' caches, L2 2 MiB, L3 105 MiB), with
+// sessions 36–54's kernels, streams better with a Zen 5's page starts 64 KiB ahead than with every
+// line 24 KiB ahead (the AMX Xeons' other rules kept: K's L1 requests for one f32 row, an 8-bit
+// cache's one row on the integer kernels). Alternated attend-bench processes, 3 rounds, share of a
+// read, amx_xeon → amx_xeon_pages: the f32 cache's D2 89–93 → 95–97%, D3 93–95 → 96–99; the paged
+// cache's D2 87–88 → 93–96, D3 90–94 → 98–103; sdpa D2 85–91 → 90–93, D3 88–93 → 92–95; the serving
+// decode step 90–96 → 95–101 (slots), 90–95 → 96–103 (paged); the 8-bit cache's D2/D3 68–76 → 71–78;
+// the bf16 cache's D1/D4 92–96 → 96–103; the one-row f32 and 8-bit shapes within the spread. A Zen
+// 5's rules whole (zen5) gained alike but for the 8-bit cache's one row (D1/D4 95–98 → 88–94: the
+// f32 kernels over widened codes). The Emerald Rapids (session 45, older kernels) lost 2–8 points
+// on its GQA shapes with page starts: it keeps amx_xeon until measured again, as do the named
+// Sapphire and Granite Rapids models.
+//
+// ATTEND_DECODE_TUNING=zen4|zen5|amx_xeon|amx_xeon_pages|none applies one class's rules on any
+// machine (tests run each everywhere; prefetch and order only: the same results); unset: this
+// machine's class. ATTEND_DECODE_HW_STREAM=0|1 overrides the class's choice of decode_hardware_stream.
+enum class Tuning { none, zen4, zen5, amx_xeon, amx_xeon_pages };
 
 struct EnvDecode {
   Tuning tuning = Tuning::none;
@@ -146,16 +159,21 @@ const EnvDecode& env_decode() {
   static const EnvDecode decode = [] {
     EnvDecode e;
     const std::string cls = cpu_features().class_name;
-    e.tuning = cls == "Zen 4"        ? Tuning::zen4
-               : cls == "Zen 5"      ? Tuning::zen5
-               : amx_xeon_class(cls) ? Tuning::amx_xeon
-                                     : Tuning::none;
-    env_choice<Tuning>(
-        "ATTEND_DECODE_TUNING",
-        {{"zen4", Tuning::zen4}, {"zen5", Tuning::zen5}, {"amx_xeon", Tuning::amx_xeon}, {"none", Tuning::none}},
-        e.tuning, e.error);
-    e.bytes = e.tuning == Tuning::zen4 || e.tuning == Tuning::amx_xeon ? 24576 : e.tuning == Tuning::zen5 ? 65536 : 0;
-    e.pages = e.tuning == Tuning::zen5;
+    e.tuning = cls == "Zen 4"           ? Tuning::zen4
+               : cls == "Zen 5"         ? Tuning::zen5
+               : cls == "Xeon with AMX" ? Tuning::amx_xeon_pages
+               : amx_xeon_class(cls)    ? Tuning::amx_xeon
+                                        : Tuning::none;
+    env_choice<Tuning>("ATTEND_DECODE_TUNING",
+                       {{"zen4", Tuning::zen4},
+                        {"zen5", Tuning::zen5},
+                        {"amx_xeon", Tuning::amx_xeon},
+                        {"amx_xeon_pages", Tuning::amx_xeon_pages},
+                        {"none", Tuning::none}},
+                       e.tuning, e.error);
+    const bool pages = e.tuning == Tuning::zen5 || e.tuning == Tuning::amx_xeon_pages;
+    e.bytes = e.tuning == Tuning::zen4 || e.tuning == Tuning::amx_xeon ? 24576 : pages ? 65536 : 0;
+    e.pages = pages;
     env_choice<bool>("ATTEND_DECODE_L2_PAGES", {{"0", false}, {"1", true}}, e.pages, e.error);
     e.hw_stream = e.tuning == Tuning::zen4;
     env_choice<bool>("ATTEND_DECODE_HW_STREAM", {{"0", false}, {"1", true}}, e.hw_stream, e.error);
@@ -215,12 +233,22 @@ bool amx_bf16_math() {
          kernels::kernel_table_avx512_bf16(kernels::Bf16Math::amx) != nullptr;
 }
 
+namespace {
+
+// The AMX Xeons' rules, with whole lines or page starts into L2.
+bool amx_xeon_rules() {
+  const Tuning t = env_decode().tuning;
+  return t == Tuning::amx_xeon || t == Tuning::amx_xeon_pages;
+}
+
+}  // namespace
+
 int64_t decode_l2_ahead_bytes() { return env_decode().error.empty() ? env_decode().bytes : 0; }
 
 bool decode_l2_pages() { return env_decode().error.empty() && env_decode().pages; }
 
 bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked) {
-  const bool xeon = env_decode().tuning == Tuning::amx_xeon;
+  const bool xeon = amx_xeon_rules();
   if (decode_l2_pages()) switch (type) {                   // page starts: a Zen 5's rule
       case kernels::KvType::f32: return gqa == k_blocked;  // a cache's GQA groups, sdpa's one row
       case kernels::KvType::i8: return false;
@@ -238,10 +266,10 @@ bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked) {
 
 bool decode_k_l1_requests(kernels::KvType type, bool gqa, bool k_blocked) {
   const Tuning t = env_decode().tuning;
-  return !((t == Tuning::amx_xeon || t == Tuning::zen5) && type == kernels::KvType::f32 && !gqa && k_blocked);
+  return !((amx_xeon_rules() || t == Tuning::zen5) && type == kernels::KvType::f32 && !gqa && k_blocked);
 }
 
-bool decode_i8_one_row_integer() { return env_decode().tuning == Tuning::amx_xeon; }
+bool decode_i8_one_row_integer() { return amx_xeon_rules(); }
 
 bool decode_hardware_stream(kernels::KvType type, bool k_blocked) {
   return k_blocked && type != kernels::KvType::i8 && env_decode().error.empty() && env_decode().hw_stream;
@@ -329,10 +357,11 @@ DecodeTuning decode_tuning() {
   const dispatch::EnvDecode& e = dispatch::env_decode();
   if (!e.error.empty()) throw Error(ErrorCode::invalid_argument, e.error);
   DecodeTuning t;
-  t.rules = e.tuning == dispatch::Tuning::zen4       ? "zen4"
-            : e.tuning == dispatch::Tuning::zen5     ? "zen5"
-            : e.tuning == dispatch::Tuning::amx_xeon ? "amx_xeon"
-                                                     : "none";
+  t.rules = e.tuning == dispatch::Tuning::zen4             ? "zen4"
+            : e.tuning == dispatch::Tuning::zen5           ? "zen5"
+            : e.tuning == dispatch::Tuning::amx_xeon       ? "amx_xeon"
+            : e.tuning == dispatch::Tuning::amx_xeon_pages ? "amx_xeon_pages"
+                                                           : "none";
   t.rules_from_environment = e.tuning_set;
   t.l2_ahead_bytes = e.bytes;
   t.l2_page_starts = e.pages;

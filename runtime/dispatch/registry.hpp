@@ -27,15 +27,16 @@ bool amx_bf16_math();
 Isa resolve(Isa requested);
 
 /// How far ahead decode requests K and V into L2 (kernels::FlashWork::l2_ahead_bytes), for this
-/// machine class: 24 KiB on a Zen 4 and on the AMX Xeons, 64 KiB (page starts) on a Zen 5, 0 (none)
-/// elsewhere, or the environment variable
-/// ATTEND_DECODE_L2_AHEAD (bytes, 0 to 1048576) when set. ATTEND_DECODE_TUNING=zen4|amx_xeon|none
+/// machine class: 24 KiB on a Zen 4 and on the named AMX Xeons, 64 KiB (page starts) on a Zen 5 and
+/// the model-167 AMX Xeon, 0 (none) elsewhere, or the environment variable ATTEND_DECODE_L2_AHEAD
+/// (bytes, 0 to 1048576) when set. ATTEND_DECODE_TUNING=zen4|zen5|amx_xeon|amx_xeon_pages|none
 /// applies that class's rules (this one and the two below) instead of this machine's. kernel_table_for
 /// throws attend::Error (invalid_argument) for any call while either variable holds something else.
 int64_t decode_l2_ahead_bytes();
 
 /// Whether those L2 requests are page starts (kernels::FlashWork::l2_pages): one line of each 4 KiB
-/// page, l2_ahead bytes ahead, instead of every line. A Zen 5's rule (with 64 KiB ahead), or
+/// page, l2_ahead bytes ahead, instead of every line. A Zen 5's and the model-167 AMX Xeon's rule
+/// (with 64 KiB ahead), or
 /// ATTEND_DECODE_L2_PAGES=0|1 when set (errors as above).
 bool decode_l2_pages();
 

@@ -460,14 +460,17 @@ int main(void) {
       OK(attend_decode_tuning(&tuning));
       CHECK(memchr(tuning.rules, 0, sizeof tuning.rules) != NULL);
       CHECK(!strcmp(tuning.rules, "zen4") || !strcmp(tuning.rules, "zen5") || !strcmp(tuning.rules, "amx_xeon") ||
-            !strcmp(tuning.rules, "none"));
+            !strcmp(tuning.rules, "amx_xeon_pages") || !strcmp(tuning.rules, "none"));
       CHECK(tuning.rules_from_environment == 0);
-      /* Each class's distance: 24 KiB (Zen 4, AMX Xeons), 64 KiB page starts (Zen 5), none. */
-      CHECK(!strcmp(tuning.rules, "zen5")   ? tuning.l2_ahead_bytes == 65536 && tuning.l2_page_starts == 1
+      /* Each class's distance: 24 KiB (Zen 4, the named AMX Xeons), 64 KiB page starts (Zen 5, the
+       * model-167 AMX Xeon), none. */
+      CHECK(!strcmp(tuning.rules, "zen5") || !strcmp(tuning.rules, "amx_xeon_pages")
+                ? tuning.l2_ahead_bytes == 65536 && tuning.l2_page_starts == 1
             : !strcmp(tuning.rules, "none") ? tuning.l2_ahead_bytes == 0 && tuning.l2_page_starts == 0
                                             : tuning.l2_ahead_bytes == 24576 && tuning.l2_page_starts == 0);
       /* An 8-bit cache's one row on the integer kernels: the AMX Xeons' rule only. */
-      CHECK(tuning.i8_one_row_integer == !strcmp(tuning.rules, "amx_xeon"));
+      CHECK(tuning.i8_one_row_integer ==
+            (!strcmp(tuning.rules, "amx_xeon") || !strcmp(tuning.rules, "amx_xeon_pages")));
       /* The cache's K/V left to the hardware prefetchers: a Zen 4's rule only. */
       CHECK(tuning.hardware_stream == !strcmp(tuning.rules, "zen4"));
     }

@@ -116,11 +116,11 @@ TEST(Dispatch, UnknownEnvironmentValueThrows) {
 }
 
 // Decode's request rules per machine class (ATTEND_DECODE_TUNING, else this machine's class; ctest
-// runs this under every tuning): L2 requests 24 KiB ahead on a Zen 4 and the AMX Xeons, page starts
-// 64 KiB ahead on a Zen 5 (f32 GQA groups over a blocked K and one row over a row-major K, and one
-// row of a 16-bit K/V), none
-// elsewhere; K's L1 requests for one f32 row over a blocked K dropped on the AMX Xeons and a Zen 5
-// only; an 8-bit cache's one row on the integer kernels on the AMX Xeons only.
+// runs this under every tuning): L2 requests 24 KiB ahead on a Zen 4 and the named AMX Xeons
+// (amx_xeon), page starts 64 KiB ahead on a Zen 5 and the model-167 AMX Xeon (amx_xeon_pages: f32
+// GQA groups over a blocked K and one row over a row-major K, and one row of a 16-bit K/V), none
+// elsewhere; K's L1 requests for one f32 row over a blocked K dropped on the AMX Xeons (both rules)
+// and a Zen 5 only; an 8-bit cache's one row on the integer kernels on the AMX Xeons only.
 TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
   if (std::getenv("ATTEND_DECODE_L2_AHEAD")) GTEST_SKIP() << "ATTEND_DECODE_L2_AHEAD overrides the distance";
   if (std::getenv("ATTEND_DECODE_L2_PAGES")) GTEST_SKIP() << "ATTEND_DECODE_L2_PAGES overrides the request kind";
@@ -130,15 +130,17 @@ TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
     tuning = env;
   else {
     const std::string cls = cpu_class().name;
-    tuning = cls == "Zen 4"                                             ? "zen4"
-             : cls == "Zen 5"                                           ? "zen5"
-             : cls == "Xeon with AMX" || cls.find("Rapids") != cls.npos ? "amx_xeon"
-                                                                        : "none";
+    tuning = cls == "Zen 4"                   ? "zen4"
+             : cls == "Zen 5"                 ? "zen5"
+             : cls == "Xeon with AMX"         ? "amx_xeon_pages"
+             : cls.find("Rapids") != cls.npos ? "amx_xeon"
+                                              : "none";
   }
   SCOPED_TRACE("tuning " + tuning);
+  const bool xeon = tuning == "amx_xeon" || tuning == "amx_xeon_pages";
   const bool l2 = tuning == "zen4" || tuning == "amx_xeon";
-  const bool no_one_row_k = tuning == "zen5" || tuning == "amx_xeon";
-  const bool pages = tuning == "zen5";
+  const bool no_one_row_k = tuning == "zen5" || xeon;
+  const bool pages = tuning == "zen5" || tuning == "amx_xeon_pages";
   EXPECT_EQ(dispatch::decode_l2_ahead_bytes(), l2 ? 24576 : pages ? 65536 : 0);
   EXPECT_EQ(dispatch::decode_l2_pages(), pages);
   // What the public report (attend-info, attend-bench's context) says.
@@ -149,8 +151,8 @@ TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
   EXPECT_EQ(told.l2_page_starts, pages);
   EXPECT_EQ(told.overrides, "");
   // An 8-bit cache's one-row decode on the integer kernels: the AMX Xeons' rule only.
-  EXPECT_EQ(dispatch::decode_i8_one_row_integer(), tuning == "amx_xeon");
-  EXPECT_EQ(told.i8_one_row_integer, tuning == "amx_xeon");
+  EXPECT_EQ(dispatch::decode_i8_one_row_integer(), xeon);
+  EXPECT_EQ(told.i8_one_row_integer, xeon);
   // A cache's blocked K/V left to the hardware prefetchers, blocks in address order: a Zen 4's rule
   // for f32 and 16-bit caches; an 8-bit cache and a row-major K (sdpa) keep their requests.
   EXPECT_EQ(told.hardware_stream, tuning == "zen4");
