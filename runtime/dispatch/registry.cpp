@@ -151,8 +151,9 @@ struct EnvDecode {
   std::string error;
 };
 
+// The named AMX Xeons (the unnamed model-167 class, "Xeon with AMX", takes amx_xeon_pages).
 bool amx_xeon_class(const std::string& name) {
-  return name == "Xeon with AMX" || name == "Sapphire Rapids" || name == "Emerald Rapids" || name == "Granite Rapids";
+  return name == "Sapphire Rapids" || name == "Emerald Rapids" || name == "Granite Rapids";
 }
 
 const EnvDecode& env_decode() {
