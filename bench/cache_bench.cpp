@@ -1,5 +1,6 @@
 // cache/<impl>/<shape>: one decode step of attention over a KV cache — append one token's K/V,
-// attend over the whole cache — for impl ∈ {attend-f32, attend-bf16, attend-f16, attend-i8, onednn}. The
+// attend over the whole cache — for impl ∈ {attend-f32, attend-bf16, attend-f16, attend-i8, onednn}, and
+// attend-bf16math (the bf16 cache with SdpaOptions::fpmath = bf16: vdpbf16ps where it runs natively). The
 // oneDNN baseline keeps a plain dense f32 cache: the new row is copied in, then the unfused
 // matmul → softmax → matmul runs over it. The bytes each step streams are evicted before every iteration (Evict).
 #include <omp.h>
@@ -62,7 +63,7 @@ CacheData& data(const CacheShape& s) {
   return d;
 }
 
-void bm_attend_cache(benchmark::State& state, const CacheShape* s, DType dtype) {
+void bm_attend_cache(benchmark::State& state, const CacheShape* s, DType dtype, FpMath fpmath = FpMath::strict) {
   CacheData& d = data(*s);
   KVCache cache({s->Hkv, s->D, s->B, s->L, dtype});
   std::vector<int64_t> seqs(static_cast<size_t>(s->B));
@@ -76,7 +77,9 @@ void bm_attend_cache(benchmark::State& state, const CacheShape* s, DType dtype) 
   const auto kn = TensorView::dense(static_cast<const float*>(d.k_new.data()), {s->B, s->Hkv, 1, s->D});
   const auto vn = TensorView::dense(static_cast<const float*>(d.v_new.data()), {s->B, s->Hkv, 1, s->D});
   const auto o = TensorView::dense(d.o.data(), {s->B, s->Hq, 1, s->D});
-  auto step = [&] { cached_attention(q, kn, vn, cache, seqs, o); };
+  SdpaOptions opt;
+  opt.fpmath = fpmath;
+  auto step = [&] { cached_attention(q, kn, vn, cache, seqs, o, opt); };
   // Each step is paired with a plain read of the cache's bytes it reads (stream_pct).
   const double elem = kv_element_bytes(dtype, s->D);
   timed_decode_steps(state, cache, s->B, s->L, evict_cache(cache, seqs), step);
@@ -145,6 +148,7 @@ void register_cache_benchmarks() {
     auto reg = [&](const std::string& impl, auto fn) { register_entry("cache/" + impl + "/" + s.name, fn); };
     reg("attend-f32", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::f32); });
     reg("attend-bf16", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::bf16); });
+    reg("attend-bf16math", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::bf16, FpMath::bf16); });
     reg("attend-f16", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::f16); });
     reg("attend-i8", [&s](benchmark::State& st) { bm_attend_cache(st, &s, DType::i8); });
     reg("attend-paged-f32", [&s](benchmark::State& st) { bm_attend_paged(st, &s, DType::f32); });
@@ -190,6 +194,26 @@ void print_cache_summary(const SummaryReporter& rep, FILE* out) {
                  dnn ? dnn->seconds * 1e3 : 0.0, ratio(f32, dnn), ratio(bf16, f32), ratio(f16, f32),
                  p32 > 0 ? 2 * pb / p32 : 0.0, p32 > 0 ? 2 * ph / p32 : 0.0, p32, pb, ph, pct(dnn, kv_f32),
                  pct(paged, kv_f32));
+  }
+  // The bf16 cache under fpmath = bf16 against the same cache's strict step.
+  bool bfm_header = false;
+  for (const CacheShape& s : cache_shapes()) {
+    const auto* bfm = rep.find(std::string("cache/attend-bf16math/") + s.name);
+    const auto* bf16 = rep.find(std::string("cache/attend-bf16/") + s.name);
+    if (!bfm) continue;
+    if (!bfm_header) {
+      std::fprintf(out,
+                   "bf16 cache with fpmath=bf16 (%s; vs strict = cache/attend-bf16 time / this time, bfm/bf16* = "
+                   "the paired shares' ratio, the speed-up at equal bandwidth)\n",
+                   bf16_math_native() && !bf16_math_amx() ? "Q·Kᵀ and P·V on vdpbf16ps" : "the strict kernels here");
+      std::fprintf(out, "%-5s %9s %9s %9s %10s %9s %9s\n", "shape", "bfm ms", "bf16 ms", "vs strict", "bfm/bf16*",
+                   "bfm%str", "bf16%str");
+      bfm_header = true;
+    }
+    const double pm = bfm->stream_pct, pb = bf16 ? bf16->stream_pct : 0.0;
+    std::fprintf(out, "%-5s %9.3f %9.3f %8.2fx %9.2fx %8.1f%% %8.1f%%\n", s.name, bfm->seconds * 1e3,
+                 bf16 ? bf16->seconds * 1e3 : 0.0, bf16 ? bf16->seconds / bfm->seconds : 0.0, pb > 0 ? pm / pb : 0.0,
+                 pm, pb);
   }
   // The 8-bit cache: its bytes are the elements and one f32 scale per token row of K and of V.
   bool header = false;

@@ -15,6 +15,7 @@
 #include <attend/attend.hpp>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -57,14 +58,17 @@ int main(int argc, char** argv) {
   const auto V = TensorView::dense(static_cast<const float*>(sdpa ? v.data() : vn.data()), {1, Hkv, sdpa ? L : 1, D});
   std::vector<double> ts, rs;
   uint32_t sink = 0;
+  // FPMATH=bf16 in the environment: the call's SdpaOptions::fpmath (session 56).
+  SdpaOptions opt;
+  if (const char* f = std::getenv("FPMATH"); f && std::string(f) == "bf16") opt.fpmath = FpMath::bf16;
   for (int i = 0; i < reps + 3; ++i) {
     if (!sdpa) cache.truncate(0, L - 1);
     if (!noflush) e();
     double t0 = now();
     if (sdpa)
-      scaled_dot_product_attention(Q, K, V, O);
+      scaled_dot_product_attention(Q, K, V, O, opt);
     else
-      cached_attention(Q, K, V, cache, seqs, O);
+      cached_attention(Q, K, V, cache, seqs, O, opt);
     double t1 = now();
     Evict::ReferenceRead fastest{};
     const double r = noflush ? 0.0 : e.reference_seconds(sink, fastest);

@@ -326,6 +326,9 @@ struct Layout {
   // query and weight scales, weight codes (int16, one kNarrowBlockKeys row each, or a query row)
   // and the tile's P·V sums (int32).
   int64_t i8_q, i8_scales, i8_w, i8_acc;
+  // The bf16 dot-product decode (FpMath::bf16 over bf16 K/V, bf16_dot_decode.hpp): the rows'
+  // queries and a tile's weights as bf16 pairs (uint32 words).
+  int64_t bf16_qp, bf16_pp;
   int64_t total;
 };
 
@@ -365,6 +368,8 @@ Layout make_layout(int64_t head_dim, int64_t value_dim, int64_t rows) {
   s.i8_scales = take(2 * rows_p);
   s.i8_w = take(max64(rows16 * T::kNarrowBlockKeys, dp) / 2);
   s.i8_acc = take(rows16 * dvp);
+  s.bf16_qp = take(rows_p * dp / 2);
+  s.bf16_pp = take(rows_p * keys / 2);
   s.total = at;
   return s;
 }

@@ -36,6 +36,17 @@ struct WideDriver {
 };
 
 #if defined(__AVX512BF16__)
+// FpMath::bf16's decode: a bf16 K and V on vdpbf16ps (flash_narrow's Dot), every other type as
+// NarrowDriver.
+template <class Arch, class E>
+struct NarrowBf16Driver {
+  static void run(const FlashWork& w, float* scratch) {
+    if constexpr (std::is_same_v<E, Bf16>)
+      flash_narrow<Arch, Bf16, true>(w, scratch);
+    else
+      NarrowDriver<Arch, E>::run(w, scratch);
+  }
+};
 template <class Arch, class E>
 struct WideBf16Driver {
   static void run(const FlashWork& w, float* scratch) { flash_wide<Arch, E, true>(w, scratch); }
@@ -66,7 +77,7 @@ KernelTable make_table(const char* name) {
 
 #if defined(__AVX512BF16__)
 // The table for FpMath::bf16: the wide driver rounds Q·Kᵀ and P·V operands to bf16 (vdpbf16ps);
-// decode (the narrow driver, bound by bytes) stays f32.
+// decode (the narrow driver) too over a bf16 K and V (NarrowBf16Driver), every other type f32.
 // Its row blocks are twice the f32 ones (128 rows): the K tile rounded to bf16 and the V tile packed
 // into pairs serve twice the rows.
 template <class Arch>
@@ -74,7 +85,7 @@ KernelTable make_table_bf16_math(const char* name) {
   using T = Tiles<Arch>;
   return KernelTable{name,
                      KernelGeometry{T::W, 2 * T::kBlockRows, T::kBlockKeys, T::kNarrowRows},
-                     &flash_any_type<Arch, NarrowDriver>,
+                     &flash_any_type<Arch, NarrowBf16Driver>,
                      &flash_any_type<Arch, WideBf16Driver>,
                      &scratch_floats_bf16<Arch>,
                      true};
@@ -87,6 +98,8 @@ template <class Arch>
 KernelTable make_table_amx(const char* name) {
   KernelTable t = make_table_bf16_math<Arch>(name);
   t.flash_wide = &flash_any_type<Arch, WideAmxDriver>;
+  // Decode stays f32: these cores issue vdpbf16ps at half their FMA rate (CpuFeatures::bf16_dot_fast).
+  t.flash_narrow = &flash_any_type<Arch, NarrowDriver>;
   return t;
 }
 #endif

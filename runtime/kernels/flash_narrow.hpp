@@ -7,6 +7,7 @@
 #include "flash_common.hpp"
 #include "score_terms.hpp"
 #include "simd/exp2.hpp"
+#include "ukernel/bf16_dot_decode.hpp"
 #include "ukernel/blocked_key_scores.hpp"
 #include "ukernel/narrow_dot_scores.hpp"
 #include "ukernel/pv_tile.hpp"
@@ -57,15 +58,38 @@ NarrowRows narrow_rows(const FlashWork& w) {
 
 // The head's state: pre-scaled queries [row_pack][D], accumulators, max and sum (running), and the
 // current tile's scores and rescale factors.
+// qp, pp: the bf16 dot-product decode's query pairs and a tile's weight pairs (Bf16Dot below).
 struct NarrowHead {
   float *qn, *oacc, *m, *l, *s, *alpha;
+  uint32_t *qp, *pp;
 };
 
 inline NarrowHead narrow_head(float* scratch, const Layout& L) {
-  return {scratch + L.qt, scratch + L.oacc, scratch + L.m, scratch + L.l, scratch + L.st, scratch + L.alpha};
+  return {scratch + L.qt,
+          scratch + L.oacc,
+          scratch + L.m,
+          scratch + L.l,
+          scratch + L.st,
+          scratch + L.alpha,
+          reinterpret_cast<uint32_t*>(scratch + L.bf16_qp),
+          reinterpret_cast<uint32_t*>(scratch + L.bf16_pp)};
 }
 
-template <class Arch>
+// Decode under FpMath::bf16 over a bf16 K and V on vdpbf16ps (bf16_dot_decode.hpp): the bf16-math
+// table's narrow driver (flash_kernels.hpp) sets Dot for E = Bf16 on AVX512_BF16. Its scores run
+// on the dot products over a blocked K (a cache's), its P·V over any V whose value_dim is a
+// multiple of 32 (two 16-lane vectors) in unmasked tiles; the rest of the tile's work is the
+// strict path's.
+template <class E, bool Dot>
+constexpr bool bf16_dot() {
+#if defined(__AVX512BF16__)
+  return Dot && std::is_same_v<E, Bf16>;
+#else
+  return false;
+#endif
+}
+
+template <class Arch, bool Dot = false>
 void narrow_init(const FlashWork& w, const NarrowRows& R, const NarrowHead& h) {
   const RowMap rows{&w};
   for (int64_t r = 0; r < R.nr; ++r) {
@@ -74,6 +98,11 @@ void narrow_init(const FlashWork& w, const NarrowRows& R, const NarrowHead& h) {
   }
   for (int64_t r = R.nr; r < R.packs * R.row_pack; ++r) std::memset(h.qn + r * R.depth, 0, sizeof(float) * R.depth);
   std::memset(h.oacc, 0, sizeof(float) * R.nr * R.dvp);
+#if defined(__AVX512BF16__)
+  // The pre-scaled queries (padding rows too) as bf16 pairs, for the dot-product scores.
+  if constexpr (Dot)
+    if (w.k_blocked) round_rows_to_bf16_pairs(h.qn, R.depth, R.packs * R.row_pack, R.depth, h.qp);
+#endif
 }
 
 // Scratch besides the head's state.
@@ -110,7 +139,7 @@ int64_t l2_rows(const FlashWork& w, int64_t row_elements) {
 //
 // Scores. Blocked K: blk[b] is the address of the tile's block b, and blocks [blocks, known) are
 // the ones scored next (prefetched while this tile is scored).
-template <class Arch, class E>
+template <class Arch, class E, bool Dot = false>
 void narrow_scores_phase(const FlashWork& w, const NarrowRows& R, const NarrowHead& h, const NarrowShared& sh,
                          const KvSource<E>& src, const E* const* blk, int64_t known, int64_t j0, int64_t nk) {
   using T = Tiles<Arch>;
@@ -121,6 +150,16 @@ void narrow_scores_phase(const FlashWork& w, const NarrowRows& R, const NarrowHe
   // vector loaded feeds NR FMAs. Blocked K: keys in lanes (blocked_scores), the tile in one call.
   // More rows than a pack (16 registers): the packs take each key group (block) in turn while it
   // is in L1, the first pack prefetching the next.
+#if defined(__AVX512BF16__)
+  if constexpr (bf16_dot<E, Dot>()) {
+    if (w.k_blocked) {
+      blocked_scores_bf16_dot_dispatch(R.row_pack, blk, (nk + kKeyBlock - 1) / kKeyBlock, known, depth, h.qp, h.s, ldsn,
+                                       R.packs, l2_key_blocks<E>(w), !w.no_k_l1_requests, w.l2_pages,
+                                       w.hardware_stream);
+      return;
+    }
+  }
+#endif
   if (w.k_blocked) {
     blocked_scores_dispatch<Arch, E>(R.row_pack, blk, (nk + kKeyBlock - 1) / kKeyBlock, known, depth, h.qn, h.s, ldsn,
                                      R.packs, l2_key_blocks<E>(w), !w.no_k_l1_requests, w.l2_pages, w.hardware_stream);
@@ -242,13 +281,42 @@ void narrow_softmax_phase(const FlashWork& w, const NarrowRows& R, const NarrowH
 }
 
 // O = alpha·O + P·V over the tile.
-template <class Arch, class E>
+template <class Arch, class E, bool Dot = false>
 void narrow_pv_phase(const FlashWork& w, const NarrowRows& R, const NarrowHead& h, const NarrowShared& sh,
                      const KvSource<E>& src, int64_t j0, int64_t nk) {
   constexpr int W = Tiles<Arch>::W;
   constexpr int64_t ldsn = Tiles<Arch>::kNarrowBlockKeys;
   const bool whole = R.max_lo <= j0 && R.min_hi >= j0 + nk;
   const bool masked = !whole || w.bias != nullptr;
+#if defined(__AVX512BF16__)
+  // The weights as bf16 pairs along the keys (the padding past nk is 0: an odd tile's last pair),
+  // then P·V run by run. A run starts at an even key of the tile: a paged cache's pages hold a
+  // multiple of 16 tokens and a blocked K's tiles start on a block; a row-major V is one run.
+  if constexpr (bf16_dot<E, Dot>()) {
+    if (!masked && w.value_dim % (2 * W) == 0) {
+      const int64_t nkp = round_up(nk, W);
+      round_rows_to_bf16_pairs(h.s, ldsn, R.nr, nkp, h.pp);
+      const int64_t pps = nkp / 2;
+      const int64_t pf_end = R.key_hi - j0;
+      const int64_t l2_keys = l2_rows<E>(w, w.value_dim);
+      for (int64_t j = 0; j < nk;) {
+        const int64_t n = src.run(j0 + j, nk - j);
+        const int64_t pf = src.run(j0 + j, pf_end - j);
+        PvAhead ahead =
+            l2_keys > 0 ? ahead_rows(src, j0 + j + l2_keys, n, pf_end - j - l2_keys, w.l2_pages) : PvAhead{};
+        if (j + pf < pf_end) {  // the L1 requests go on into the next run (a paged cache's page)
+          ahead.next = src.value(j0 + j + pf);
+          ahead.next_count = src.run(j0 + j + pf, pf_end - j - pf);
+        }
+        ahead.none = w.hardware_stream;
+        pv_block_bf16_dot(h.oacc, R.dvp, j == 0 ? h.alpha : sh.ones, h.pp + j / 2, pps, src.value(j0 + j),
+                          src.v_row_stride, R.nr, R.dvp / W, n, pf, ahead);
+        j += n;
+      }
+      return;
+    }
+  }
+#endif
   if (w.value_dim % W == 0) {  // V read (and widened) in place; i8: the weights carry V's scales
     if constexpr (KvSource<E>::kScaled) scale_by_keys<Arch>(h.s, ldsn, R.nr, src, src.v_scale, j0, nk);
     const bool requests = !(std::is_same_v<E, float> && R.nr == 1);
@@ -270,7 +338,7 @@ int64_t narrow_tile_keys(const FlashWork& w) {
 }
 
 // One kv head's work: a range of keys in tiles of narrow_tile_keys.
-template <class Arch, class E>
+template <class Arch, class E, bool Dot = false>
 void flash_narrow(const FlashWork& w, float* scratch) {
   constexpr int64_t ldsn = Tiles<Arch>::kNarrowBlockKeys;
   const int64_t tile = narrow_tile_keys<Arch, E>(w);
@@ -278,7 +346,7 @@ void flash_narrow(const FlashWork& w, float* scratch) {
   const Layout L = make_layout<Arch>(w.head_dim, w.value_dim, R.nr);
   const NarrowShared sh = narrow_shared<Arch>(scratch, L, R.depth, R.nr);
   const NarrowHead h = narrow_head(scratch, L);
-  narrow_init<Arch>(w, R, h);
+  narrow_init<Arch, bf16_dot<E, Dot>()>(w, R, h);
   const KvSource<E> src(w);
   // Blocked K: the addresses of a tile's blocks and of the next blocks (prefetched while scoring).
   const E* blk[ldsn / kKeyBlock + kMaxBlockedGroup + kMaxL2AheadBlocks];
@@ -290,9 +358,9 @@ void flash_narrow(const FlashWork& w, float* scratch) {
       known = min64((nk + kKeyBlock - 1) / kKeyBlock + ahead_blocks, (R.key_hi - j0 + kKeyBlock - 1) / kKeyBlock);
       for (int64_t b = 0; b < known; ++b) blk[b] = src.key_block(j0 + b * kKeyBlock);
     }
-    narrow_scores_phase<Arch, E>(w, R, h, sh, src, blk, known, j0, nk);
+    narrow_scores_phase<Arch, E, Dot>(w, R, h, sh, src, blk, known, j0, nk);
     narrow_softmax_phase<Arch>(w, R, h, j0, nk);
-    narrow_pv_phase<Arch, E>(w, R, h, sh, src, j0, nk);
+    narrow_pv_phase<Arch, E, Dot>(w, R, h, sh, src, j0, nk);
   }
   write_rows<Arch>(w, RowMap{&w}, h.oacc, R.dvp, h.m, h.l);
 }

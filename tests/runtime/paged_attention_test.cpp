@@ -235,6 +235,53 @@ TEST_P(PagedAttention, MixedChunksMatchReferenceBf16Math) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryIsaAndType, PagedAttention, ::testing::ValuesIn(isa_dtype_params()), isa_dtype_name);
+// fpmath = bf16 decode over a bf16 cache: on a CPU whose vdpbf16ps runs natively (and no AMX tiles,
+// whose Xeons keep decode f32), the narrow path's scores and P·V run on vdpbf16ps with the queries
+// and weights rounded to bf16 (bf16_dot_decode.hpp). Every row pack (1–8 rows per kv head, with
+// padding rows), odd key counts (a last key pair with one key), one to several tiles, value widths
+// that take the dot-product P·V (multiples of 32) and ones that do not, pages of 16 and 48 tokens,
+// a window (masked tiles take the f32 P·V): within the bf16-math bound against the reference, and
+// not the strict bits where the path runs (the same bits where it does not).
+TEST(PagedAttentionBf16Dot, DecodeMatchesReferenceAndLeavesStrictBits) {
+  struct Shape {
+    int64_t group, D, block_tokens, window;
+  };
+  for (Isa isa : supported_isas()) {
+    const bool dot = bf16_math_native(isa) && !bf16_math_amx(isa);
+    for (const Shape s : {Shape{4, 128, 32, 0}, Shape{1, 128, 16, 0}, Shape{3, 64, 48, 0}, Shape{8, 32, 32, 0},
+                          Shape{2, 96, 16, 0}, Shape{5, 80, 32, 0}, Shape{4, 256, 16, 0}, Shape{4, 64, 32, 100}})
+      for (const int64_t len : {1, 2, 17, 31, 514, 1025, 2049}) {
+        const int64_t Hkv = 2, Hq = Hkv * s.group;
+        SCOPED_TRACE(std::string(isa_name(isa)) + " group=" + std::to_string(s.group) + " D=" + std::to_string(s.D) +
+                     " block_tokens=" + std::to_string(s.block_tokens) + " window=" + std::to_string(s.window) +
+                     " len=" + std::to_string(len));
+        PagedKVCache cache({Hkv, s.D, (len + s.block_tokens - 1) / s.block_tokens + 2, s.block_tokens, DType::bf16});
+        History hist{Hkv, s.D, DType::bf16, {}, {}};
+        std::mt19937 rng(static_cast<uint32_t>(len * 131 + s.D + s.group));
+        const int64_t seq = cache.create_sequence();
+        if (len > 1) append_random(cache, hist, rng, seq, len - 1);
+        Packed p(rng, 1, Hq, Hkv, s.D);
+        const std::vector<SequenceChunk> chunks = {{seq, 1}};
+        SdpaOptions opt;
+        opt.isa = isa;
+        opt.window = s.window;
+        opt.fpmath = FpMath::strict;
+        const int64_t fork = cache.fork(seq);  // the strict call appends to a fork: the same history
+        paged_attention(p.qv(), p.kv(), p.vv(), cache, std::vector<SequenceChunk>{{fork, 1}}, p.ov(), opt);
+        const std::vector<float> strict = chunk_rows(p, 0, 1);
+        opt.fpmath = FpMath::bf16;
+        paged_attention(p.qv(), p.kv(), p.vv(), cache, chunks, p.ov(), opt);
+        record_call(hist, p, chunks);
+        const std::vector<float> got = chunk_rows(p, 0, 1);
+        EXPECT_TRUE(close_to(got, reference_chunk(hist, p, seq, 0, 1, s.window), 1e-2));
+        // One key: its weight is 1 and its row exact in bf16, so the dot products give the strict bits.
+        if (dot && len > 1)
+          EXPECT_NE(got, strict) << "the bf16 dot-product decode did not run";
+        else if (!dot)
+          EXPECT_EQ(got, strict) << "fpmath=bf16 decode must be the strict bits where vdpbf16ps is not native";
+      }
+  }
+}
 
 // A chunk's rows are the same bits alone or with any other chunks, in any order, on 1, 2, 3 or 16
 // threads. Each configuration runs on forks of the same base sequences (identical contents, other
