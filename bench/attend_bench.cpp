@@ -550,8 +550,9 @@ int main(int argc, char** argv) {
       "block of 32 tokens (serve/*-b64|b128|b256: larger), pool head-major; onednn: f32 "
       "[B][Hkv][L][D] (serve/onednn: per sequence)");
   benchmark::AddCustomContext("kv_cache_dtypes",
-                              "cache/attend-f32|bf16|f16 store K/V as named, compute f32; layer/* use an f32 cache "
-                              "except layer/attend-bf16 (bf16 cache)");
+                              "cache/attend-f32|bf16|f16 store K/V as named, compute f32; cache/attend-bf16math: the "
+                              "bf16 cache with fpmath=bf16 (vdpbf16ps decode where bf16 math runs natively without "
+                              "AMX); layer/* use an f32 cache except layer/attend-bf16 (bf16 cache, fpmath=bf16)");
   benchmark::AddCustomContext("layer_weights",
                               "layer/attend, layer/onednn: f32; layer/attend-bf16w, layer/attend-bf16: bf16 weights "
                               "(oneDNN bf16 matmul, f32 accumulation; 1-4 rows on attend's bf16 GEMV where the "

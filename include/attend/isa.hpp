@@ -31,8 +31,10 @@ enum class FpMath {
   strict,
   /// Q·Kᵀ and P·V may round their operands to bf16 (round to nearest even) and accumulate in f32:
   /// prefill-shaped work runs on AMX tiles where the CPU has them (bf16_math_amx()), else on
-  /// vdpbf16ps, twice the f32 FMA rate on AMD's cores. Decode-shaped work, bound by memory, stays
-  /// f32. On a path without AVX512_BF16 this is `strict` (never an error), and so it is under
+  /// vdpbf16ps, twice the f32 FMA rate on AMD's cores. Decode-shaped work stays f32, except over a
+  /// bf16 K and V, which takes vdpbf16ps too where it runs without AMX (the AMX Xeons' decode stays
+  /// f32: their vdpbf16ps is half-rate). On a path without AVX512_BF16 this is `strict` (never an error), and so it is
+  /// under
   /// Isa::automatic on Intel's cores without AMX, which issue vdpbf16ps at half their FMA rate
   /// (bf16_math_native()); Isa::avx512_bf16, forced, runs vdpbf16ps there too.
   bf16,

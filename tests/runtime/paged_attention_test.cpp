@@ -275,10 +275,11 @@ TEST(PagedAttentionBf16Dot, DecodeMatchesReferenceAndLeavesStrictBits) {
         const std::vector<float> got = chunk_rows(p, 0, 1);
         EXPECT_TRUE(close_to(got, reference_chunk(hist, p, seq, 0, 1, s.window), 1e-2));
         // One key: its weight is 1 and its row exact in bf16, so the dot products give the strict bits.
-        if (dot && len > 1)
+        if (dot && len > 1) {
           EXPECT_NE(got, strict) << "the bf16 dot-product decode did not run";
-        else if (!dot)
+        } else if (!dot) {
           EXPECT_EQ(got, strict) << "fpmath=bf16 decode must be the strict bits where vdpbf16ps is not native";
+        }
       }
   }
 }
