@@ -187,13 +187,13 @@ template <int R, int C>
   }
   const Bf16* v = static_cast<const Bf16*>(a.v);
   const RowRequests<Bf16, C * 64> req(a, v);
-  int64_t j = 0;
-  for (; j + 2 <= keys; j += 2, v += 2 * ldv) {
-    if (req.any()) req.next(j, v), req.ahead(j), req.next(j + 1, v + ldv), req.ahead(j + 1);
+  // Keys j and j + 1 (`second`: key j + 1's row, or a zero row for an odd last key, whose pair's
+  // second weight is 0).
+  auto pair = [&](int64_t j, auto second) {
     ATTEND_UNROLL
     for (int c = 0; c < C; ++c) {
       const __m512i x = _mm512_loadu_si512(v + 32 * c);
-      const __m512i y = _mm512_loadu_si512(v + ldv + 32 * c);
+      const __m512i y = second(c);
       const __m512i vl = _mm512_unpacklo_epi16(x, y), vh = _mm512_unpackhi_epi16(x, y);
       ATTEND_UNROLL
       for (int r = 0; r < R; ++r) {
@@ -202,21 +202,15 @@ template <int R, int C>
         hi[r][c] = dot_bf16(hi[r][c], vh, pb);
       }
     }
+  };
+  int64_t j = 0;
+  for (; j + 2 <= keys; j += 2, v += 2 * ldv) {
+    if (req.any()) req.next(j, v), req.ahead(j), req.next(j + 1, v + ldv), req.ahead(j + 1);
+    pair(j, [&](int c) { return _mm512_loadu_si512(v + ldv + 32 * c); });
   }
-  if (j < keys) {  // an odd last key: its pair's second weight is 0, against a zero row
+  if (j < keys) {
     if (req.any()) req.next(j, v), req.ahead(j);
-    const __m512i zero = _mm512_setzero_si512();
-    ATTEND_UNROLL
-    for (int c = 0; c < C; ++c) {
-      const __m512i x = _mm512_loadu_si512(v + 32 * c);
-      const __m512i vl = _mm512_unpacklo_epi16(x, zero), vh = _mm512_unpackhi_epi16(x, zero);
-      ATTEND_UNROLL
-      for (int r = 0; r < R; ++r) {
-        const __m512i pb = _mm512_set1_epi32(static_cast<int>(pp[r * pps + j / 2]));
-        lo[r][c] = dot_bf16(lo[r][c], vl, pb);
-        hi[r][c] = dot_bf16(hi[r][c], vh, pb);
-      }
-    }
+    pair(j, [](int) { return _mm512_setzero_si512(); });
   }
   const __m512i o0 = _mm512_load_si512(kOut0), o1 = _mm512_load_si512(kOut1);
   ATTEND_UNROLL
