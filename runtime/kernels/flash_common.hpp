@@ -279,14 +279,14 @@ PvAhead ahead_rows(const KvSource<E>& src, int64_t j, int64_t n, int64_t avail, 
   return a;
 }
 
-// P·V over keys [j0, j0 + nk) with V read in place, one pv_block per run: the first run rescales O
-// by alpha, the rest by `ones` (exact), so a tile split by pages gives the bits of one contiguous
-// call. pf_end > 0 (decode): V rows up to key j0 + pf_end exist and are prefetched (within each
-// run), and runs are cut into pv_sub_keys sub-tiles (the same sums in the same order: same bits).
-template <class Arch, class E>
-void pv_runs(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alpha, const float* ones, const float* p,
-             int64_t p_row_stride, int64_t p_key_stride, int64_t j0, int64_t nk, int64_t rows, int64_t value_vectors,
-             bool masked, int64_t pf_end, int64_t l2_keys = 0, bool l2_pages = false, bool no_requests = false) {
+// The runs of V rows over keys [j0, j0 + nk), each as block(j, n, pf, ahead): keys [j0 + j, j0 + j +
+// n) in one run, pf of them (from j, within the run) below pf_end to request into L1, `ahead` the
+// rows l2_keys on into L2 and the next run's rows the L1 requests go on into. pf_end > 0 (decode):
+// V rows up to key j0 + pf_end exist and are prefetched, and runs are cut into pv_sub_keys
+// sub-tiles; no_requests: none at all (FlashWork::hardware_stream).
+template <class Arch, class E, class Block>
+void for_each_v_run(const KvSource<E>& src, int64_t j0, int64_t nk, int64_t value_vectors, int64_t pf_end,
+                    int64_t l2_keys, bool l2_pages, bool no_requests, Block&& block) {
   const int64_t sub = pf_end > 0 ? pv_sub_keys<Arch, E>(value_vectors) : nk;
   for (int64_t j = 0; j < nk;) {
     const int64_t n = min64(sub, src.run(j0 + j, nk - j));
@@ -299,10 +299,24 @@ void pv_runs(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alph
       ahead.next_count = src.run(j0 + j + pf, pf_end - j - pf);
     }
     ahead.none = no_requests;
-    pv_block<Arch>(oacc, ldo, j == 0 ? alpha : ones, p + j * p_key_stride, p_row_stride, p_key_stride,
-                   src.value(j0 + j), src.v_row_stride, rows, value_vectors, n, masked, pf, ahead);
+    block(j, n, pf, ahead);
     j += n;
   }
+}
+
+// P·V over keys [j0, j0 + nk) with V read in place, one pv_block per run (for_each_v_run): the first
+// run rescales O by alpha, the rest by `ones` (exact), so a tile split by pages gives the bits of
+// one contiguous call (sub-tiles: the same sums in the same order, the same bits).
+template <class Arch, class E>
+void pv_runs(const KvSource<E>& src, float* oacc, int64_t ldo, const float* alpha, const float* ones, const float* p,
+             int64_t p_row_stride, int64_t p_key_stride, int64_t j0, int64_t nk, int64_t rows, int64_t value_vectors,
+             bool masked, int64_t pf_end, int64_t l2_keys = 0, bool l2_pages = false, bool no_requests = false) {
+  for_each_v_run<Arch>(src, j0, nk, value_vectors, pf_end, l2_keys, l2_pages, no_requests,
+                       [&](int64_t j, int64_t n, int64_t pf, const PvAhead& ahead) {
+                         pv_block<Arch>(oacc, ldo, j == 0 ? alpha : ones, p + j * p_key_stride, p_row_stride,
+                                        p_key_stride, src.value(j0 + j), src.v_row_stride, rows, value_vectors, n,
+                                        masked, pf, ahead);
+                       });
 }
 
 // pvt_block over keys [j0, j0 + nk) of an f32 V read in place, run by run (the first run rescales

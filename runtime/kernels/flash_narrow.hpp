@@ -297,22 +297,11 @@ void narrow_pv_phase(const FlashWork& w, const NarrowRows& R, const NarrowHead& 
       const int64_t nkp = round_up(nk, W);
       round_rows_to_bf16_pairs(h.s, ldsn, R.nr, nkp, h.pp);
       const int64_t pps = nkp / 2;
-      const int64_t pf_end = R.key_hi - j0;
-      const int64_t l2_keys = l2_rows<E>(w, w.value_dim);
-      for (int64_t j = 0; j < nk;) {
-        const int64_t n = src.run(j0 + j, nk - j);
-        const int64_t pf = src.run(j0 + j, pf_end - j);
-        PvAhead ahead =
-            l2_keys > 0 ? ahead_rows(src, j0 + j + l2_keys, n, pf_end - j - l2_keys, w.l2_pages) : PvAhead{};
-        if (j + pf < pf_end) {  // the L1 requests go on into the next run (a paged cache's page)
-          ahead.next = src.value(j0 + j + pf);
-          ahead.next_count = src.run(j0 + j + pf, pf_end - j - pf);
-        }
-        ahead.none = w.hardware_stream;
-        pv_block_bf16_dot(h.oacc, R.dvp, j == 0 ? h.alpha : sh.ones, h.pp + j / 2, pps, src.value(j0 + j),
-                          src.v_row_stride, R.nr, R.dvp / W, n, pf, ahead);
-        j += n;
-      }
+      for_each_v_run<Arch>(src, j0, nk, R.dvp / W, R.key_hi - j0, l2_rows<E>(w, w.value_dim), w.l2_pages,
+                           w.hardware_stream, [&](int64_t j, int64_t n, int64_t pf, const PvAhead& ahead) {
+                             pv_block_bf16_dot(h.oacc, R.dvp, j == 0 ? h.alpha : sh.ones, h.pp + j / 2, pps,
+                                               src.value(j0 + j), src.v_row_stride, R.nr, R.dvp / W, n, pf, ahead);
+                           });
       return;
     }
   }

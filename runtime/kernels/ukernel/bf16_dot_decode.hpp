@@ -24,28 +24,22 @@
 
 #include "../kernel_table.hpp"
 #include "../simd/arch.hpp"
+#include "bf16_dot_tiles.hpp"
 #include "pv_tile.hpp"
 
 namespace attend::kernels {
 namespace {
 
-// bf16(a) | bf16(b) << 16 for 16 lanes each: x[2i], x[2i + 1] of 32 consecutive floats, as 16 words.
-[[gnu::always_inline]] inline __m512i bf16_pairs_of(__m512 lo, __m512 hi) {
-  return reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(hi, lo));
-}
-
 // Rows of n floats (n a multiple of 16, row stride ld) rounded to bf16 pairs: out[r·(n/2) + i] holds
-// (x[r][2i], x[r][2i + 1]), the first in the low half (round to nearest even).
+// (x[r][2i], x[r][2i + 1]), the first in the low half (round to nearest even): consecutive bf16
+// (bf16_dot_tiles.hpp's stores), read as 32-bit words.
 inline void round_rows_to_bf16_pairs(const float* x, int64_t ld, int64_t rows, int64_t n, uint32_t* out) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * ld;
-    uint32_t* o = out + r * (n / 2);
+    uint16_t* o = reinterpret_cast<uint16_t*>(out + r * (n / 2));
     int64_t i = 0;
-    for (; i + 32 <= n; i += 32)
-      _mm512_storeu_si512(o + i / 2, bf16_pairs_of(_mm512_loadu_ps(xr + i), _mm512_loadu_ps(xr + i + 16)));
-    if (i < n)
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i / 2),
-                          reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(_mm512_loadu_ps(xr + i))));
+    for (; i + 32 <= n; i += 32) store_bf16x32(o + i, _mm512_loadu_ps(xr + i), _mm512_loadu_ps(xr + i + 16));
+    if (i < n) store_bf16x16(o + i, _mm512_loadu_ps(xr + i));
   }
 }
 
