@@ -7,7 +7,7 @@
 // INORDER=1 one block at a time without requests (FlashWork::hardware_stream); ORDREQ=1 one block
 // at a time with the tree's requests; MY=1|2 a copy of its f32 loop with one request pair per
 // loaded line at D1 / D2 bytes ahead (BURST=1: the pair per iteration issued before the loads);
-// LADDER=n the FMA ladder's loop in n-byte calls; NOEVICT=1 resident; NT=2 two threads; EV2=1
+// (the FMA ladder's loop is docs/experiments/fma_ladder.cpp); NOEVICT=1 resident; NT=2 two threads; EV2=1
 // evicts twice the bytes (as decode_driver, whose V follows K).
 //   g++ -std=c++20 -O3 -DNDEBUG -march=native -fopenmp -I. -Iinclude -Iruntime -Ibuild/runtime/include \
 //       docs/experiments/blocked_scores_harness.cpp -o /tmp/ks
@@ -60,27 +60,6 @@ __attribute__((noinline)) void my_scores(const float* const* blk, int64_t depth,
   for (int r = 0; r < 4; ++r)
     for (int g = 0; g < G; ++g) _mm512_store_ps(s + r * 512 + g * 16, _mm512_add_ps(acc[0][r][g], acc[1][r][g]));
 }
-// The ladder's loop: 8 lines per iteration, each line 4 FMAs into its own accumulators.
-__attribute__((noinline)) float ladder(const char* c, size_t n, int l1, int l2, const float* q) {
-  __m512 acc[8][4];
-  for (int u = 0; u < 8; ++u)
-    for (int r = 0; r < 4; ++r) acc[u][r] = _mm512_setzero_ps();
-  for (size_t i = 0; i < n; i += 512) {
-#pragma GCC unroll 8
-    for (int u = 0; u < 8; ++u) {
-      const char* l = c + i + u * 64;
-      if (l1) _mm_prefetch(l + l1, _MM_HINT_T0);
-      if (l2) _mm_prefetch(l + l2, _MM_HINT_T1);
-      const __m512 v = _mm512_load_ps((const float*)l);
-#pragma GCC unroll 4
-      for (int r = 0; r < 4; ++r) acc[u][r] = _mm512_fmadd_ps(_mm512_set1_ps(q[r * 8 + u]), v, acc[u][r]);
-    }
-  }
-  __m512 s = _mm512_setzero_ps();
-  for (int u = 0; u < 8; ++u)
-    for (int r = 0; r < 4; ++r) s = _mm512_add_ps(s, acc[u][r]);
-  return _mm512_reduce_add_ps(s);
-}
 using namespace attend::kernels;
 using A = xsimd::avx512bw;
 static char* huge(size_t n) {
@@ -123,12 +102,6 @@ int main(int argc, char** argv) {
         if (m == 0) {
           for (int64_t h = th * H / nt; h < (th + 1) * H / nt; ++h) {
             const float* kh = (const float*)K + h * L * D;
-            if (getenv("LADDER")) {
-              int ch = atoi(getenv("LADDER"));
-              for (int64_t o = 0; o < L * D * 4; o += ch)
-                acc += ladder((const char*)kh + o, ch, l1 ? 4096 : 0, l2b ? l2b * 8192 : 0, q);
-              continue;
-            }
             for (int64_t j0 = 0; j0 < L; j0 += tile) {
               const float* blk[64];
               const int64_t blocks = tile / 16;
