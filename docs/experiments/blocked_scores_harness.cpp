@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "runtime/kernels/ukernel/blocked_key_scores.hpp"
+#include "stream_probe.hpp"  // huge_buffer
 // blocked_scores' loop (f32, 4 rows, G blocks, U = 2) with requests at fixed distances from each loaded line.
 template <int G>
 __attribute__((noinline)) void my_scores(const float* const* blk, int64_t depth, const float* q, float* s, int l1,
@@ -62,13 +63,6 @@ __attribute__((noinline)) void my_scores(const float* const* blk, int64_t depth,
 }
 using namespace attend::kernels;
 using A = xsimd::avx512bw;
-static char* huge(size_t n) {
-  void* p = mmap(nullptr, n + (2 << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  char* a = (char*)(((uintptr_t)p + (2 << 20) - 1) & ~uintptr_t((2 << 20) - 1));
-  madvise(a, n, MADV_HUGEPAGE);
-  for (size_t i = 0; i < n / 4; ++i) ((float*)a)[i] = 0.01f * (i % 13);
-  return a;
-}
 int main(int argc, char** argv) {
   const int64_t H = getenv("H") ? atoi(getenv("H")) : 8, L = getenv("L") ? atoi(getenv("L")) : 4096, D = 128;
   const int64_t l2b = argc > 1 ? atoi(argv[1]) : 3;  // L2 blocks ahead
@@ -79,7 +73,7 @@ int main(int argc, char** argv) {
   const bool inorder = getenv("INORDER");
   const bool noevict = getenv("NOEVICT");
   const size_t ebytes = getenv("EV2") ? 2 * bytes : bytes;
-  char* K = huge(ebytes);
+  char* K = huge_buffer(ebytes);
   std::vector<double> tk, tr;
   volatile float sink = 0;
   for (int rep = 0; rep < 15; ++rep) {

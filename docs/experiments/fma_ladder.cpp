@@ -24,14 +24,7 @@
 #include <cstdlib>
 #include <vector>
 
-static char* huge(size_t n) {
-  void* p = mmap(nullptr, n + (2 << 20), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  char* a = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p) + (2 << 20) - 1) & ~uintptr_t((2 << 20) - 1));
-  madvise(a, n, MADV_HUGEPAGE);
-  // Normal floats: subnormal products would make every FMA a microcode assist.
-  for (size_t i = 0; i < n / 4; ++i) reinterpret_cast<float*>(a)[i] = 1.0f + (i % 7) * 0.01f;
-  return a;
-}
+#include "stream_probe.hpp"  // huge_buffer
 
 enum Mode { kRead, kVmem, kPairs, kR4, kR8 };
 const char* const kNames[] = {"R=0 (read)", "vmem", "pairs", "R=4", "R=8"};
@@ -103,7 +96,7 @@ int main(int argc, char** argv) {
   const int nt = std::getenv("NT") ? std::atoi(std::getenv("NT")) : 2;
   const bool evict = !std::getenv("NOEVICT");
   const int gap = std::getenv("GAP") ? std::atoi(std::getenv("GAP")) : 0;
-  char* buf = huge(bytes);
+  char* buf = huge_buffer(bytes);
   float q[64];
   for (int i = 0; i < 64; ++i) q[i] = 0.001f * i;
   volatile float sink = 0;
