@@ -157,7 +157,8 @@ int main(int argc, char** argv) {
     decode_rules += ": L2 requests " +
                     (tuning.l2_ahead_bytes % 1024 ? std::to_string(tuning.l2_ahead_bytes) + " bytes"
                                                   : std::to_string(tuning.l2_ahead_bytes / 1024) + " KiB") +
-                    " ahead, " + (tuning.l2_page_starts ? "one line per 4 KiB page" : "every line");
+                    " ahead, " +
+                    (tuning.l2_page_starts ? "one line per 4 KiB page (an 8-bit cache's every line)" : "every line");
   else
     decode_rules += ": no L2 requests";
   if (tuning.hardware_stream) decode_rules += "; a cache's K/V to the hardware prefetchers, blocks in order";

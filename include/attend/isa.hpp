@@ -104,8 +104,8 @@ struct DecodeTuning {
   bool rules_from_environment = false;
   /// How far ahead K and V are requested into L2 (0: not at all); ATTEND_DECODE_L2_AHEAD overrides
   int64_t l2_ahead_bytes = 0;
-  /// Those requests take one line of each 4 KiB page (else every line); ATTEND_DECODE_L2_PAGES
-  /// overrides
+  /// Those requests take one line of each 4 KiB page (else every line), except an 8-bit cache's,
+  /// which are always every line; ATTEND_DECODE_L2_PAGES overrides
   bool l2_page_starts = false;
   /// An 8-bit cache's one-row decode (one query row per kv head) runs the integer kernels a GQA
   /// group's does (vpdpwssd on the avx512_bf16 tier), not the f32 ones (codes widened): the AMX

@@ -137,6 +137,16 @@ const EnvCap& env_cap() {
 // on its GQA shapes with page starts: it keeps amx_xeon until measured again, as do the named
 // Sapphire and Granite Rapids models.
 //
+// The same guest in a faster memory state (session 59: a read of D2's bytes ~37 GB/s, the FMA
+// probe ~420 GFLOP/s), the 8-bit cache (alternated attend-bench processes, 2 rounds each, share of
+// a read): with no L2 requests (session 55's choice) D2 / D3 52–54 / 55–57%, with page starts
+// 51 / 55, with whole lines 24 or 64 KiB ahead 58–61 / 61–66 (128 KiB 54–55 / 57–60); its one row
+// (D1 / D4, the integer kernels) 62–68 / 62–66 → 68–71 / 69–73 with whole lines 24–64 KiB ahead
+// (0.42 → 0.38 ms on D2, 6.0 → 5.3 on D4). Session 55's slower state had the GQA shapes 3 points
+// better without them (68–76 → 71–78): the faster state's 6–9 points decide. So amx_xeon_pages
+// requests an 8-bit cache's lines 64 KiB ahead for GQA groups and one row; an f32 cache's one row
+// over a blocked K loses with them here too (D4 82.5 → 78–80%), and keeps none.
+//
 // ATTEND_DECODE_TUNING=zen4|zen5|amx_xeon|amx_xeon_pages|none applies one class's rules on any
 // machine (tests run each everywhere; prefetch and order only: the same results); unset: this
 // machine's class. ATTEND_DECODE_HW_STREAM=0|1 overrides the class's choice of decode_hardware_stream.
@@ -246,19 +256,25 @@ bool amx_xeon_rules() {
 
 int64_t decode_l2_ahead_bytes() { return env_decode().error.empty() ? env_decode().bytes : 0; }
 
-bool decode_l2_pages() { return env_decode().error.empty() && env_decode().pages; }
+bool decode_l2_pages(kernels::KvType type) {
+  return env_decode().error.empty() && env_decode().pages && type != kernels::KvType::i8;
+}
 
 bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked) {
   const bool xeon = amx_xeon_rules();
-  if (decode_l2_pages()) switch (type) {                   // page starts: a Zen 5's rule
+  const bool pages = env_decode().error.empty() && env_decode().pages;
+  // An 8-bit cache's requests are whole lines wherever it takes them (decode_l2_pages): on the
+  // model-167 Xeon (amx_xeon_pages) for GQA groups and one row alike.
+  if (type == kernels::KvType::i8) return env_decode().tuning == Tuning::amx_xeon_pages || (!pages && (gqa || !xeon));
+  if (pages) switch (type) {                               // page starts: a Zen 5's rule
       case kernels::KvType::f32: return gqa == k_blocked;  // a cache's GQA groups, sdpa's one row
-      case kernels::KvType::i8: return false;
+      case kernels::KvType::i8: break;                     // (above)
       case kernels::KvType::bf16:
       case kernels::KvType::f16: return !gqa;
     }
   switch (type) {
     case kernels::KvType::f32: return gqa || !k_blocked;
-    case kernels::KvType::i8: return gqa || !xeon;
+    case kernels::KvType::i8: break;  // (above)
     case kernels::KvType::bf16: return xeon;
     case kernels::KvType::f16: return xeon && gqa;
   }

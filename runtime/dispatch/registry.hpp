@@ -34,17 +34,21 @@ Isa resolve(Isa requested);
 /// throws attend::Error (invalid_argument) for any call while either variable holds something else.
 int64_t decode_l2_ahead_bytes();
 
-/// Whether those L2 requests are page starts (kernels::FlashWork::l2_pages): one line of each 4 KiB
-/// page, l2_ahead bytes ahead, instead of every line. A Zen 5's and the model-167 AMX Xeon's rule
-/// (with 64 KiB ahead), or
-/// ATTEND_DECODE_L2_PAGES=0|1 when set (errors as above).
-bool decode_l2_pages();
+/// Whether the L2 requests over K/V of `type` are page starts (kernels::FlashWork::l2_pages): one
+/// line of each 4 KiB page, l2_ahead bytes ahead, instead of every line. A Zen 5's and the
+/// model-167 AMX Xeon's rule (with 64 KiB ahead), or ATTEND_DECODE_L2_PAGES=0|1 when set (errors as
+/// above); never an 8-bit cache's, whose requests are whole lines (the model-167 Xeon, session 59:
+/// page starts 51–55% of a read on D2/D3, none 52–57, whole lines 59–64).
+bool decode_l2_pages(kernels::KvType type);
 
 /// Whether decode work items over K/V of `type` take those requests: `gqa` for a GQA group's item
 /// (two or more query rows per kv head), else one row's; `k_blocked` for a cache's blocked K (else
 /// a row-major K: sdpa). Measured per machine class (docs/performance.md, sessions 23–24, 31–33):
 /// - f32: GQA groups, and one row over a row-major K (over a cache's blocked K it lost 2 points).
-/// - i8: GQA groups; one row too, except on the AMX Xeons (where it cost 2–6 points of a read).
+/// - i8: GQA groups; one row too, except on the named AMX Xeons (where it cost 2–6 points of a
+///   read). The model-167 Xeon (amx_xeon_pages) takes both, as whole lines 64 KiB ahead (session
+///   59, alternated attend-bench processes, share of a read without → with: D2 / D3 52–54 / 55–57
+///   → 58–61 / 61–66%, the one-row D1 / D4 62–68 / 62–66 → 68–71 / 69–73%); a Zen 5 none.
 /// - bf16, f16: none on a Zen 4 (a bf16 cache lost 6 points); on the AMX Xeons GQA groups (3–5%
 ///   faster), and bf16's one row (6–7% faster) but not f16's (2–5% slower).
 /// With page starts (a Zen 5, session 40): f32 GQA groups over a blocked K and one row over a

@@ -324,7 +324,7 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
         p.row_blocks == 1 && !w.hardware_stream && dispatch::decode_l2_requests(pr.kv_type, gqa, pr.k_blocked)
             ? l2_ahead
             : 0;
-    w.l2_pages = w.l2_ahead_bytes > 0 && dispatch::decode_l2_pages();
+    w.l2_pages = w.l2_ahead_bytes > 0 && dispatch::decode_l2_pages(pr.kv_type);
     w.no_k_l1_requests =
         p.row_blocks == 1 && (w.hardware_stream || !dispatch::decode_k_l1_requests(pr.kv_type, gqa, pr.k_blocked));
     w.i8_one_row_integer = p.row_blocks == 1 && dispatch::decode_i8_one_row_integer();

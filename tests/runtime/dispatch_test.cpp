@@ -120,7 +120,9 @@ TEST(Dispatch, UnknownEnvironmentValueThrows) {
 // (amx_xeon), page starts 64 KiB ahead on a Zen 5 and the model-167 AMX Xeon (amx_xeon_pages: f32
 // GQA groups over a blocked K and one row over a row-major K, and one row of a 16-bit K/V), none
 // elsewhere; K's L1 requests for one f32 row over a blocked K dropped on the AMX Xeons (both rules)
-// and a Zen 5 only; an 8-bit cache's one row on the integer kernels on the AMX Xeons only.
+// and a Zen 5 only; an 8-bit cache's one row on the integer kernels on the AMX Xeons only; an
+// 8-bit cache's requests whole lines everywhere, none on a Zen 5, GQA groups and one row on the
+// model-167 Xeon.
 TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
   if (std::getenv("ATTEND_DECODE_L2_AHEAD")) GTEST_SKIP() << "ATTEND_DECODE_L2_AHEAD overrides the distance";
   if (std::getenv("ATTEND_DECODE_L2_PAGES")) GTEST_SKIP() << "ATTEND_DECODE_L2_PAGES overrides the request kind";
@@ -142,7 +144,9 @@ TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
   const bool no_one_row_k = tuning == "zen5" || xeon;
   const bool pages = tuning == "zen5" || tuning == "amx_xeon_pages";
   EXPECT_EQ(dispatch::decode_l2_ahead_bytes(), l2 ? 24576 : pages ? 65536 : 0);
-  EXPECT_EQ(dispatch::decode_l2_pages(), pages);
+  EXPECT_EQ(dispatch::decode_l2_pages(kernels::KvType::f32), pages);
+  EXPECT_EQ(dispatch::decode_l2_pages(kernels::KvType::bf16), pages);
+  EXPECT_FALSE(dispatch::decode_l2_pages(kernels::KvType::i8));  // whole lines wherever it requests
   // What the public report (attend-info, attend-bench's context) says.
   const DecodeTuning told = decode_tuning();
   EXPECT_EQ(told.rules, tuning);
@@ -166,14 +170,20 @@ TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
     for (bool blocked : {false, true}) {
       EXPECT_EQ(dispatch::decode_l2_requests(KvType::f32, true, blocked), blocked);
       EXPECT_EQ(dispatch::decode_l2_requests(KvType::f32, false, blocked), !blocked);
-      EXPECT_FALSE(dispatch::decode_l2_requests(KvType::i8, true, blocked));
-      EXPECT_FALSE(dispatch::decode_l2_requests(KvType::i8, false, blocked));
+      // An 8-bit cache: none on a Zen 5; GQA groups and one row on the model-167 Xeon.
+      EXPECT_EQ(dispatch::decode_l2_requests(KvType::i8, true, blocked), tuning == "amx_xeon_pages");
+      EXPECT_EQ(dispatch::decode_l2_requests(KvType::i8, false, blocked), tuning == "amx_xeon_pages");
       for (KvType t : {KvType::bf16, KvType::f16}) {
         EXPECT_FALSE(dispatch::decode_l2_requests(t, true, blocked));
         EXPECT_TRUE(dispatch::decode_l2_requests(t, false, blocked));
       }
     }
   }
+  if (!pages)
+    for (bool blocked : {false, true}) {
+      EXPECT_TRUE(dispatch::decode_l2_requests(KvType::i8, true, blocked));
+      EXPECT_EQ(dispatch::decode_l2_requests(KvType::i8, false, blocked), !xeon);
+    }
   EXPECT_EQ(dispatch::decode_k_l1_requests(kernels::KvType::f32, false, true), !no_one_row_k);
   // GQA groups, a row-major K and the other storage types keep their K requests on every class.
   for (kernels::KvType t : {kernels::KvType::f32, kernels::KvType::bf16, kernels::KvType::f16, kernels::KvType::i8}) {
