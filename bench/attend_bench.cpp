@@ -541,6 +541,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("decode_l2_page_starts", tuning.l2_page_starts ? "1" : "0");
   benchmark::AddCustomContext("decode_i8_one_row_integer", tuning.i8_one_row_integer ? "1" : "0");
   benchmark::AddCustomContext("decode_hardware_stream", tuning.hardware_stream ? "1" : "0");
+  benchmark::AddCustomContext("decode_adaptive_request_kind", tuning.adaptive_request_kind ? "1" : "0");
   if (!tuning.overrides.empty()) benchmark::AddCustomContext("decode_overrides", tuning.overrides);
   // What the cache/ and layer/ entries store and read, so collected results say it themselves.
   benchmark::AddCustomContext(

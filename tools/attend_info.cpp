@@ -162,6 +162,8 @@ int main(int argc, char** argv) {
   else
     decode_rules += ": no L2 requests";
   if (tuning.hardware_stream) decode_rules += "; a cache's K/V to the hardware prefetchers, blocks in order";
+  if (tuning.adaptive_request_kind && tuning.l2_ahead_bytes > 0)
+    decode_rules += "; page starts or every line chosen at run time from the calls' times";
   if (!tuning.overrides.empty()) decode_rules += " (set by " + tuning.overrides + ")";
   const std::string model = attend::cpu_model();
   const attend::CpuClass cls = attend::cpu_class();
@@ -198,6 +200,7 @@ int main(int argc, char** argv) {
         "\"bf16_decode_projections\":\"%s\","
         "\"decode_tuning\":\"%s\",\"decode_tuning_from_environment\":%s,\"decode_l2_ahead_bytes\":%lld,"
         "\"decode_l2_page_starts\":%s,\"decode_i8_one_row_integer\":%s,\"decode_hardware_stream\":%s,"
+        "\"decode_adaptive_request_kind\":%s,"
         "\"decode_overrides\":\"%s\","
         "\"numa_source\":\"%s\","
         "\"numa_nodes\":%s}\n",
@@ -208,7 +211,8 @@ int main(int argc, char** argv) {
         bf16_decode.c_str(), tuning.rules.c_str(), tuning.rules_from_environment ? "true" : "false",
         static_cast<long long>(tuning.l2_ahead_bytes), tuning.l2_page_starts ? "true" : "false",
         tuning.i8_one_row_integer ? "true" : "false", tuning.hardware_stream ? "true" : "false",
-        tuning.overrides.c_str(), numa_source.c_str(), numa_json.c_str());
+        tuning.adaptive_request_kind ? "true" : "false", tuning.overrides.c_str(), numa_source.c_str(),
+        numa_json.c_str());
   } else {
     std::printf("attend %s\n", ATTEND_VERSION_STRING);
     std::printf("cpu            %s\n", model.c_str());

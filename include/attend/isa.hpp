@@ -115,8 +115,14 @@ struct DecodeTuning {
   /// requests, whatever l2_ahead_bytes says) and scores K's blocks one at a time in address order:
   /// a Zen 4's rule; ATTEND_DECODE_HW_STREAM=0|1 overrides. sdpa's row-major K keeps its requests.
   bool hardware_stream = false;
+  /// The L2 request kind, page starts (l2_page_starts) or whole lines, is chosen at run time: each
+  /// kind of decode call (storage type, GQA group or one row) alternates the two over its first
+  /// timed calls and then runs the faster for 2,000 calls before timing both again. The model-167
+  /// AMX Xeon's rule (its faster kind follows the memory's state); ATTEND_DECODE_ADAPT=0|1
+  /// overrides. Either kind computes the same bits.
+  bool adaptive_request_kind = false;
   /// Which overrides were set: "ATTEND_DECODE_L2_AHEAD", "ATTEND_DECODE_L2_PAGES",
-  /// "ATTEND_DECODE_HW_STREAM", joined by ", "; empty when none
+  /// "ATTEND_DECODE_HW_STREAM", "ATTEND_DECODE_ADAPT", joined by ", "; empty when none
   std::string overrides;
 };
 

@@ -259,6 +259,7 @@ attend_status attend_decode_tuning(attend_decode_tuning_info* info) {
     out.l2_page_starts = t.l2_page_starts;
     out.i8_one_row_integer = t.i8_one_row_integer;
     out.hardware_stream = t.hardware_stream;
+    out.adaptive_request_kind = t.adaptive_request_kind;
   });
 }
 attend_status attend_isa_name(attend_isa i, const char** name) {

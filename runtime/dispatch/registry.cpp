@@ -157,7 +157,9 @@ struct EnvDecode {
   int64_t bytes = 0;
   bool pages = false;
   bool hw_stream = false;
-  bool tuning_set = false, bytes_set = false, pages_set = false, hw_stream_set = false;  // by the environment
+  bool adaptive = false;
+  bool tuning_set = false, bytes_set = false, pages_set = false, hw_stream_set = false,
+       adaptive_set = false;  // by the environment
   std::string error;
 };
 
@@ -194,6 +196,12 @@ const EnvDecode& env_decode() {
     };
     e.tuning_set = set("ATTEND_DECODE_TUNING");
     e.pages_set = set("ATTEND_DECODE_L2_PAGES");
+    // The request kind chosen at run time (request_kind.hpp): the model-167 Xeon's own rules, unless
+    // the environment names rules or a kind; ATTEND_DECODE_ADAPT=0|1 overrides (1: on any rules
+    // with L2 requests).
+    e.adaptive = e.tuning == Tuning::amx_xeon_pages && !e.tuning_set && !e.pages_set;
+    env_choice<bool>("ATTEND_DECODE_ADAPT", {{"0", false}, {"1", true}}, e.adaptive, e.error);
+    e.adaptive_set = set("ATTEND_DECODE_ADAPT");
     e.bytes_set = set("ATTEND_DECODE_L2_AHEAD");
     e.hw_stream_set = set("ATTEND_DECODE_HW_STREAM");
     const char* env = std::getenv("ATTEND_DECODE_L2_AHEAD");
@@ -256,13 +264,20 @@ bool amx_xeon_rules() {
 
 int64_t decode_l2_ahead_bytes() { return env_decode().error.empty() ? env_decode().bytes : 0; }
 
-bool decode_l2_pages(kernels::KvType type) {
-  return env_decode().error.empty() && env_decode().pages && type != kernels::KvType::i8;
-}
+bool decode_page_starts() { return env_decode().error.empty() && env_decode().pages; }
+
+bool decode_request_kind_adaptive() { return env_decode().error.empty() && env_decode().adaptive; }
+
+bool decode_l2_pages(kernels::KvType type) { return decode_l2_pages(type, decode_page_starts()); }
+
+bool decode_l2_pages(kernels::KvType type, bool pages) { return pages && type != kernels::KvType::i8; }
 
 bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked) {
+  return decode_l2_requests(type, gqa, k_blocked, decode_page_starts());
+}
+
+bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked, bool pages) {
   const bool xeon = amx_xeon_rules();
-  const bool pages = env_decode().error.empty() && env_decode().pages;
   // An 8-bit cache's requests are whole lines wherever it takes them (decode_l2_pages): on the
   // model-167 Xeon (amx_xeon_pages) for GQA groups and one row alike.
   if (type == kernels::KvType::i8) return env_decode().tuning == Tuning::amx_xeon_pages || (!pages && (gqa || !xeon));
@@ -384,9 +399,11 @@ DecodeTuning decode_tuning() {
   t.l2_page_starts = e.pages;
   t.i8_one_row_integer = dispatch::decode_i8_one_row_integer();
   t.hardware_stream = e.hw_stream;
+  t.adaptive_request_kind = e.adaptive;
   if (e.bytes_set) t.overrides = "ATTEND_DECODE_L2_AHEAD";
   if (e.pages_set) t.overrides += std::string(t.overrides.empty() ? "" : ", ") + "ATTEND_DECODE_L2_PAGES";
   if (e.hw_stream_set) t.overrides += std::string(t.overrides.empty() ? "" : ", ") + "ATTEND_DECODE_HW_STREAM";
+  if (e.adaptive_set) t.overrides += std::string(t.overrides.empty() ? "" : ", ") + "ATTEND_DECODE_ADAPT";
   return t;
 }
 

@@ -40,6 +40,18 @@ int64_t decode_l2_ahead_bytes();
 /// above); never an 8-bit cache's, whose requests are whole lines (the model-167 Xeon, session 59:
 /// page starts 51–55% of a read on D2/D3, none 52–57, whole lines 59–64).
 bool decode_l2_pages(kernels::KvType type);
+/// The same under request kind `pages` (page starts if true) instead of the environment's.
+bool decode_l2_pages(kernels::KvType type, bool pages);
+
+/// Whether L2 requests are page starts where a type takes them (the rules' kind, before
+/// decode_l2_pages's exceptions).
+bool decode_page_starts();
+
+/// Whether decode calls choose the request kind, page starts or whole lines, at run time from
+/// their own times (RequestKindChooser, request_kind.hpp) instead of decode_page_starts(): the
+/// model-167 AMX Xeon's rule (amx_xeon_pages from the CPU class, neither ATTEND_DECODE_TUNING nor
+/// ATTEND_DECODE_L2_PAGES set), or ATTEND_DECODE_ADAPT=0|1 when set (errors as above).
+bool decode_request_kind_adaptive();
 
 /// Whether decode work items over K/V of `type` take those requests: `gqa` for a GQA group's item
 /// (two or more query rows per kv head), else one row's; `k_blocked` for a cache's blocked K (else
@@ -54,6 +66,8 @@ bool decode_l2_pages(kernels::KvType type);
 /// With page starts (a Zen 5, session 40): f32 GQA groups over a blocked K and one row over a
 /// row-major K; bf16 and f16 one row.
 bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked);
+/// The same under request kind `pages` instead of the environment's.
+bool decode_l2_requests(kernels::KvType type, bool gqa, bool k_blocked, bool pages);
 
 /// Whether such a work item requests K's next key group into L1 (prefetcht0) as it scores: yes,
 /// except for one row over a cache's blocked f32 K on the AMX Xeons and the Zen 5s (the hardware

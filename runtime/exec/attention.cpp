@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
 #include "../dispatch/registry.hpp"
+#include "../dispatch/request_kind.hpp"
 #include "../kernels/split_merge.hpp"
 #include "../parallel/scheduler.hpp"
 #include "../plan/attention_plan.hpp"
@@ -255,6 +257,17 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
   // while it is in cache (f32 prefill; decode's items and bf16 math's run in runs per thread, below
   // and Schedule::runs).
   const int64_t l2_ahead = dispatch::decode_l2_ahead_bytes();
+  // The L2 request kind: the rules', or on a class whose faster kind follows the memory's state,
+  // chosen per call by the chooser from earlier calls' times (a decode-only call: every item
+  // streams its K/V once). Either kind computes the same bits.
+  bool page_starts = dispatch::decode_page_starts();
+  int kind_key = -1;
+  dispatch::RequestKindChooser::Choice kind{};
+  if (s.stream_item == 0 && l2_ahead > 0 && dispatch::decode_request_kind_adaptive()) {
+    kind_key = dispatch::request_key(pr.kv_type, s.plans[s.order[0]].group_rows >= 2, pr.k_blocked);
+    kind = dispatch::request_kind_chooser().choose(kind_key);
+    page_starts = kind.kind == dispatch::RequestKind::page_starts;
+  }
   auto run_item = [&](int64_t item, int thread) {
     const size_t at =
         static_cast<size_t>(std::upper_bound(s.first_item.begin(), s.first_item.end(), item) - s.first_item.begin()) -
@@ -320,11 +333,11 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     // or one row, and machine class (dispatch::decode_l2_requests, decode_k_l1_requests).
     const bool gqa = p.group_rows >= 2;
     w.hardware_stream = p.row_blocks == 1 && dispatch::decode_hardware_stream(pr.kv_type, pr.k_blocked);
-    w.l2_ahead_bytes =
-        p.row_blocks == 1 && !w.hardware_stream && dispatch::decode_l2_requests(pr.kv_type, gqa, pr.k_blocked)
-            ? l2_ahead
-            : 0;
-    w.l2_pages = w.l2_ahead_bytes > 0 && dispatch::decode_l2_pages(pr.kv_type);
+    w.l2_ahead_bytes = p.row_blocks == 1 && !w.hardware_stream &&
+                               dispatch::decode_l2_requests(pr.kv_type, gqa, pr.k_blocked, page_starts)
+                           ? l2_ahead
+                           : 0;
+    w.l2_pages = w.l2_ahead_bytes > 0 && dispatch::decode_l2_pages(pr.kv_type, page_starts);
     w.no_k_l1_requests =
         p.row_blocks == 1 && (w.hardware_stream || !dispatch::decode_k_l1_requests(pr.kv_type, gqa, pr.k_blocked));
     w.i8_one_row_integer = p.row_blocks == 1 && dispatch::decode_i8_one_row_integer();
@@ -371,12 +384,23 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
   // a core reads about half of what two do here.) attend-bench alternated, 4 rounds: a mixed step
   // over the chunk alone plus the decodes alone 1.018–1.028 → 1.000–1.013; serve/paged-f32 against
   // the slot cache back to back 0.950–0.993 → 0.968–1.007.
+  const auto t0 = kind.timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
   if (s.stream_item > 0 && s.stream_item < items)
     parallel::parallel_for_groups(items, s.stream_item, nthreads, run_item);
   else if (s.runs)
     parallel::parallel_for_runs(items, nthreads, run_item);
   else
     parallel::parallel_for(items, nthreads, run_item);
+  if (kind.timed) {
+    // Seconds per byte of the K/V the call read (an 8-bit cache's scales aside).
+    double bytes = 0;
+    for (const BatchEntry& e : pr.entries)
+      if (e.num_queries > 0)
+        bytes += static_cast<double>(e.num_keys) * static_cast<double>(pr.kv_heads) *
+                 static_cast<double>(pr.head_dim + pr.value_dim) * static_cast<double>(kv_elem);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (bytes > 0) dispatch::request_kind_chooser().record(kind_key, kind.kind, seconds / bytes);
+  }
 }
 
 }  // namespace attend::exec

@@ -243,6 +243,7 @@ if info is not None:
           and tuning["l2_page_starts"] == info["decode_l2_page_starts"]
           and tuning["i8_one_row_integer"] == info["decode_i8_one_row_integer"]
           and tuning["hardware_stream"] == info["decode_hardware_stream"]
+          and tuning["adaptive_request_kind"] == info["decode_adaptive_request_kind"]
           and tuning["rules_from_environment"] == info["decode_tuning_from_environment"], f"{tuning} {info}")
 check("bf16_math_amx implies native", not attend.bf16_math_amx() or attend.bf16_math_native(), "")
 

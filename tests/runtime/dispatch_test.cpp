@@ -7,11 +7,15 @@
 #include <attend/attend.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "../../runtime/dispatch/cpu_features.hpp"
 #include "../../runtime/dispatch/registry.hpp"
+#include "../../runtime/dispatch/request_kind.hpp"
 
 namespace attend {
 namespace {
@@ -139,6 +143,7 @@ TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
                                               : "none";
   }
   SCOPED_TRACE("tuning " + tuning);
+  const char* adapt = std::getenv("ATTEND_DECODE_ADAPT");
   const bool xeon = tuning == "amx_xeon" || tuning == "amx_xeon_pages";
   const bool l2 = tuning == "zen4" || tuning == "amx_xeon";
   const bool no_one_row_k = tuning == "zen5" || xeon;
@@ -153,7 +158,12 @@ TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
   EXPECT_EQ(told.rules_from_environment, std::getenv("ATTEND_DECODE_TUNING") != nullptr);
   EXPECT_EQ(told.l2_ahead_bytes, dispatch::decode_l2_ahead_bytes());
   EXPECT_EQ(told.l2_page_starts, pages);
-  EXPECT_EQ(told.overrides, "");
+  EXPECT_EQ(told.overrides, adapt ? "ATTEND_DECODE_ADAPT" : "");
+  // The request kind chosen at run time: the model-167 Xeon's own rules only (named rules are fixed).
+  const bool adaptive =
+      adapt ? std::string(adapt) == "1" : tuning == "amx_xeon_pages" && !std::getenv("ATTEND_DECODE_TUNING");
+  EXPECT_EQ(dispatch::decode_request_kind_adaptive(), adaptive);
+  EXPECT_EQ(told.adaptive_request_kind, adaptive);
   // An 8-bit cache's one-row decode on the integer kernels: the AMX Xeons' rule only.
   EXPECT_EQ(dispatch::decode_i8_one_row_integer(), xeon);
   EXPECT_EQ(told.i8_one_row_integer, xeon);
@@ -195,6 +205,112 @@ TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
   }
 }
 
+// The request kind chooser (request_kind.hpp): both kinds timed kSamples calls each, alternating,
+// then the one with the lower median run kExploit calls untimed, then both timed again; each key
+// on its own; reports during an exploitation ignored.
+TEST(RequestKindChooser, ExploresBothKindsThenRunsTheFasterThenExploresAgain) {
+  using dispatch::RequestKind;
+  using C = dispatch::RequestKindChooser;
+  C c;
+  const int key = dispatch::request_key(kernels::KvType::f32, true, true), other = key - 1;
+  auto explore = [&](double pages_time, double lines_time) {
+    int n[2] = {0, 0};
+    for (int i = 0; i < 2 * C::kSamples; ++i) {
+      EXPECT_EQ(c.exploiting(key), -1);
+      const C::Choice ch = c.choose(key);
+      EXPECT_TRUE(ch.timed);
+      EXPECT_EQ(static_cast<int>(ch.kind), i % 2);  // alternating, page starts first
+      ++n[static_cast<int>(ch.kind)];
+      c.record(key, ch.kind, ch.kind == RequestKind::whole_lines ? lines_time : pages_time);
+    }
+    EXPECT_EQ(n[0], C::kSamples);
+    EXPECT_EQ(n[1], C::kSamples);
+  };
+  explore(2.0, 1.0);  // whole lines twice as fast
+  EXPECT_EQ(c.exploiting(key), 1);
+  EXPECT_EQ(c.exploiting(other), -1);            // keys are separate
+  c.record(key, RequestKind::page_starts, 0.0);  // (ignored: not exploring)
+  for (int64_t i = 0; i < C::kExploit; ++i) {
+    const C::Choice ch = c.choose(key);
+    ASSERT_FALSE(ch.timed) << i;
+    ASSERT_EQ(ch.kind, RequestKind::whole_lines) << i;
+  }
+  explore(1.0, 3.0);  // the state changed: page starts faster now
+  EXPECT_EQ(c.exploiting(key), 0);
+  for (int64_t i = 0; i < C::kExploit; ++i) ASSERT_EQ(c.choose(key).kind, RequestKind::page_starts);
+  // One outlier per kind (the first two calls) does not decide: medians.
+  for (int i = 0; i < 2 * C::kSamples; ++i) {
+    const C::Choice ch = c.choose(key);
+    const bool outlier = i < 2;
+    c.record(key, ch.kind, ch.kind == RequestKind::whole_lines ? (outlier ? 100.0 : 1.0) : (outlier ? 0.01 : 2.0));
+  }
+  EXPECT_EQ(c.exploiting(key), 1);
+}
+
+// Concurrent calls (threads choosing and reporting on two keys) leave the chooser consistent: each
+// key ends exploiting the kind its reports made faster. (CI runs this under TSan.)
+TEST(RequestKindChooser, ConcurrentCallsAreSafe) {
+  using dispatch::RequestKind;
+  using C = dispatch::RequestKindChooser;
+  C c;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&c, t] {
+      for (int i = 0; i < 3000; ++i) {
+        const int key = (i + t) % 2;  // whole lines faster on key 0, page starts on key 1
+        const C::Choice ch = c.choose(key);
+        if (ch.timed) c.record(key, ch.kind, (ch.kind == RequestKind::whole_lines) == (key == 0) ? 1.0 : 2.0);
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(c.exploiting(0), 1);
+  EXPECT_EQ(c.exploiting(1), 0);
+}
+
+// Where the kind is chosen at run time (ctest runs this with ATTEND_DECODE_ADAPT=1 on every
+// machine), a decode step's output is bitwise the same whichever kind it ran under: the same step
+// repeated through two explorations of both kinds gives the same bits every time.
+TEST(RequestKindChooser, DecodeBitsDoNotDependOnTheKind) {
+  if (!dispatch::decode_request_kind_adaptive() || dispatch::decode_l2_ahead_bytes() == 0)
+    GTEST_SKIP() << "the request kind is fixed here (ctest runs this with ATTEND_DECODE_ADAPT=1)";
+  const int64_t D = 128, Hkv = 2, G = 4, L = 1500;
+  std::vector<float> k(Hkv * L * D), v(Hkv * L * D), q(Hkv * G * D), o(Hkv * G * D);
+  for (size_t i = 0; i < k.size(); ++i) {
+    k[i] = static_cast<float>((i * 7919) % 1000) / 500.0f - 1.0f;
+    v[i] = static_cast<float>((i * 104729) % 1000) / 500.0f - 1.0f;
+  }
+  for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<float>((i * 31) % 100) / 50.0f - 1.0f;
+  const std::pair<DType, kernels::KvType> types[] = {
+      {DType::f32, kernels::KvType::f32}, {DType::bf16, kernels::KvType::bf16}, {DType::i8, kernels::KvType::i8}};
+  for (const auto& [dt, kv] : types)
+    for (int64_t group : {G, int64_t{1}}) {  // a GQA group of four, and one row per kv head
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " group " + std::to_string(group));
+      KVCache cache({Hkv, D, 1, L, dt});
+      const int64_t seq[] = {0};
+      cache.append(0, TensorView(k.data(), {1, Hkv, L - 1, D}, {0, L * D, D, 1}),
+                   TensorView(v.data(), {1, Hkv, L - 1, D}, {0, L * D, D, 1}));
+      const int key = dispatch::request_key(kv, group >= 2, true);
+      dispatch::request_kind_chooser().reset();
+      std::vector<float> first;
+      int explorations = 0, was = dispatch::request_kind_chooser().exploiting(key);
+      for (int i = 0; i < 4 * dispatch::RequestKindChooser::kSamples + 2; ++i) {
+        cache.truncate(0, L - 1);
+        cached_attention(TensorView::dense(q.data(), {1, Hkv * group, 1, D}),
+                         TensorView(k.data() + (L - 1) * D, {1, Hkv, 1, D}, {0, L * D, D, 1}),
+                         TensorView(v.data() + (L - 1) * D, {1, Hkv, 1, D}, {0, L * D, D, 1}), cache, seq,
+                         TensorView::dense(o.data(), {1, Hkv * group, 1, D}));
+        if (i == 0)
+          first.assign(o.begin(), o.begin() + Hkv * group * D);
+        else
+          ASSERT_EQ(0, std::memcmp(first.data(), o.data(), sizeof(float) * first.size())) << "call " << i;
+        const int now = dispatch::request_kind_chooser().exploiting(key);
+        if (was < 0 && now >= 0) ++explorations;  // both kinds ran
+        was = now;
+      }
+      EXPECT_GE(explorations, 1);
+    }
+}
+
 // ATTEND_DECODE_L2_AHEAD (decode's L2 request distance) must be a byte count,
 // ATTEND_DECODE_L2_PAGES and ATTEND_DECODE_HW_STREAM 0 or 1 and ATTEND_DECODE_TUNING a class name:
 // anything else makes every
@@ -209,9 +325,11 @@ TEST(Dispatch, InvalidDecodeSettingThrowsAndChangesNothing) {
     name = "ATTEND_DECODE_L2_PAGES";
   else if (const char* env = std::getenv("ATTEND_DECODE_HW_STREAM"); env && std::string(env) == "on")
     name = "ATTEND_DECODE_HW_STREAM";
+  else if (const char* env = std::getenv("ATTEND_DECODE_ADAPT"); env && std::string(env) == "auto")
+    name = "ATTEND_DECODE_ADAPT";
   else
     GTEST_SKIP() << "run by ctest with ATTEND_DECODE_L2_AHEAD=24kb, ATTEND_DECODE_L2_PAGES=yes, "
-                    "ATTEND_DECODE_HW_STREAM=on or ATTEND_DECODE_TUNING=zen9";
+                    "ATTEND_DECODE_HW_STREAM=on, ATTEND_DECODE_ADAPT=auto or ATTEND_DECODE_TUNING=zen9";
   const int64_t D = 16;
   std::vector<float> q(4 * D, 0.5f), k(D, 0.25f), v(D, 1.0f), o(4 * D, 7.0f);
   KVCache cache({/*kv_heads*/ 1, D, /*slots*/ 1, /*capacity*/ 8});

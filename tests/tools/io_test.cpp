@@ -381,13 +381,15 @@ TEST(AttendInfo, HelpAndJson) {
   }
   // The decode requests' rules, as the library applies them.
   if (!std::getenv("ATTEND_DECODE_TUNING") && !std::getenv("ATTEND_DECODE_L2_AHEAD") &&
-      !std::getenv("ATTEND_DECODE_L2_PAGES") && !std::getenv("ATTEND_DECODE_HW_STREAM")) {
+      !std::getenv("ATTEND_DECODE_L2_PAGES") && !std::getenv("ATTEND_DECODE_HW_STREAM") &&
+      !std::getenv("ATTEND_DECODE_ADAPT")) {
     const DecodeTuning t = decode_tuning();
     EXPECT_EQ(info.at("decode_tuning").get<std::string>(), t.rules);
     EXPECT_EQ(info.at("decode_l2_ahead_bytes").get<int64_t>(), t.l2_ahead_bytes);
     EXPECT_EQ(info.at("decode_l2_page_starts").get<bool>(), t.l2_page_starts);
     EXPECT_EQ(info.at("decode_i8_one_row_integer").get<bool>(), t.i8_one_row_integer);
     EXPECT_EQ(info.at("decode_hardware_stream").get<bool>(), t.hardware_stream);
+    EXPECT_EQ(info.at("decode_adaptive_request_kind").get<bool>(), t.adaptive_request_kind);
     EXPECT_FALSE(info.at("decode_tuning_from_environment").get<bool>());
     rc = std::system(
         ("ATTEND_DECODE_TUNING=zen4 ATTEND_DECODE_L2_AHEAD=8192 " + std::string(ATTEND_INFO_PATH) + " --json >" + out)
@@ -398,8 +400,9 @@ TEST(AttendInfo, HelpAndJson) {
     EXPECT_TRUE(set.at("decode_tuning_from_environment").get<bool>());
     EXPECT_EQ(set.at("decode_l2_ahead_bytes").get<int64_t>(), 8192);
     EXPECT_FALSE(set.at("decode_l2_page_starts").get<bool>());
-    EXPECT_FALSE(set.at("decode_i8_one_row_integer").get<bool>());  // not a Zen 4's rule
-    EXPECT_TRUE(set.at("decode_hardware_stream").get<bool>());      // a Zen 4's rule
+    EXPECT_FALSE(set.at("decode_i8_one_row_integer").get<bool>());     // not a Zen 4's rule
+    EXPECT_TRUE(set.at("decode_hardware_stream").get<bool>());         // a Zen 4's rule
+    EXPECT_FALSE(set.at("decode_adaptive_request_kind").get<bool>());  // named rules are fixed
     EXPECT_EQ(set.at("decode_overrides").get<std::string>(), "ATTEND_DECODE_L2_AHEAD");
     // A value no attention call would accept: attend-info says so and fails.
     rc = std::system(("ATTEND_DECODE_L2_PAGES=yes " + std::string(ATTEND_INFO_PATH) + " >/dev/null 2>" + out).c_str());
