@@ -454,7 +454,7 @@ int main(void) {
     attend_decode_tuning_info tuning;
     memset(&tuning, 0x7f, sizeof tuning);
     if (getenv("ATTEND_DECODE_L2_AHEAD") || getenv("ATTEND_DECODE_L2_PAGES") || getenv("ATTEND_DECODE_TUNING") ||
-        getenv("ATTEND_DECODE_HW_STREAM")) {
+        getenv("ATTEND_DECODE_HW_STREAM") || getenv("ATTEND_DECODE_ADAPT")) {
       /* (ctest runs the C API test without them) */
     } else {
       OK(attend_decode_tuning(&tuning));
@@ -473,6 +473,8 @@ int main(void) {
             (!strcmp(tuning.rules, "amx_xeon") || !strcmp(tuning.rules, "amx_xeon_pages")));
       /* The cache's K/V left to the hardware prefetchers: a Zen 4's rule only. */
       CHECK(tuning.hardware_stream == !strcmp(tuning.rules, "zen4"));
+      /* The request kind chosen at run time: the model-167 AMX Xeon's rule only. */
+      CHECK(tuning.adaptive_request_kind == !strcmp(tuning.rules, "amx_xeon_pages"));
     }
     FAILS(attend_decode_tuning(NULL), ATTEND_ERROR_INVALID_ARGUMENT, "attend_decode_tuning");
   }
