@@ -263,10 +263,20 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
   bool page_starts = dispatch::decode_page_starts();
   int kind_key = -1;
   dispatch::RequestKindChooser::Choice kind{};
-  if (s.stream_item == 0 && l2_ahead > 0 && dispatch::decode_request_kind_adaptive()) {
-    kind_key = dispatch::request_key(pr.kv_type, s.plans[s.order[0]].group_rows >= 2, pr.k_blocked);
-    kind = dispatch::request_kind_chooser().choose(kind_key);
-    page_starts = kind.kind == dispatch::RequestKind::page_starts;
+  if (s.stream_item < items && l2_ahead > 0 && dispatch::decode_request_kind_adaptive()) {
+    size_t at = 0;  // the first entry that streams (Schedule::stream_item's; its plan's rows name the key)
+    while (at + 1 < s.order.size() &&
+           !(pr.entries[s.order[at]].num_queries > 0 && s.plans[s.order[at]].row_blocks == 1))
+      ++at;
+    kind_key = dispatch::request_key(pr.kv_type, s.plans[s.order[at]].group_rows >= 2, pr.k_blocked);
+    if (s.stream_item == 0) {
+      kind = dispatch::request_kind_chooser().choose(kind_key);
+      page_starts = kind.kind == dispatch::RequestKind::page_starts;
+    } else if (const int k = dispatch::request_kind_chooser().exploiting(kind_key); k >= 0) {
+      // A mixed call (a prompt chunk beside decodes): its decodes take the kind the decode-only
+      // calls found faster, untimed (the chunk's time would swamp theirs).
+      page_starts = k == static_cast<int>(dispatch::RequestKind::page_starts);
+    }
   }
   auto run_item = [&](int64_t item, int thread) {
     const size_t at =
