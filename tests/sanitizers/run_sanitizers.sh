@@ -47,7 +47,7 @@ case "$kind" in
     cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTEND_SANITIZE=thread -DATTEND_OPENMP=OFF \
       -DATTEND_BUILD_BENCH=OFF -DATTEND_BUILD_TOOLS=OFF -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" >/dev/null
     cmake --build "$build" -j "$jobs" --target attend_mha_test attend_stress_test attend_context_test \
-      attend_cached_attention_invalid_test attend_paged_attention_test >/dev/null
+      attend_cached_attention_invalid_test attend_paged_attention_test attend_dispatch_test >/dev/null
     export OMP_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
     "$build/bin/attend_mha_test" --gtest_filter='Concurrency.*'
     "$build/bin/attend_stress_test"
@@ -56,6 +56,9 @@ case "$kind" in
     "$build/bin/attend_cached_attention_invalid_test" --gtest_filter='*Concurrent*'
     # A paged cache: disjoint sequences (forks of one prefix) from several threads, one sequence from two.
     "$build/bin/attend_paged_attention_test" --gtest_filter='PagedKVCacheThreads.*'
+    # The decode request kind's chooser (request_kind.hpp), alone and behind concurrent decode calls.
+    "$build/bin/attend_dispatch_test" --gtest_filter='RequestKindChooser.ConcurrentCallsAreSafe'
+    ATTEND_DECODE_ADAPT=1 "$build/bin/attend_cached_attention_invalid_test" --gtest_filter='*Concurrent*'
     ;;
   *) echo "usage: $0 SOURCE_DIR address|thread" >&2; exit 2 ;;
 esac
