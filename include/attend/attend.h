@@ -86,11 +86,12 @@ typedef struct attend_cpu_class_info {
 ATTEND_C_API attend_status attend_cpu_class(attend_cpu_class_info* info);
 /* The decode requests' rules in force (attend::decode_tuning()): rules "zen4", "zen5", "amx_xeon",
  * "amx_xeon_pages" or "none"; rules_from_environment 1 when ATTEND_DECODE_TUNING chose them;
- * l2_ahead_bytes (0: no L2 requests); l2_page_starts 1 for one line per 4 KiB page (an 8-bit cache's: every line); i8_one_row_integer 1 when an 8-bit
- * cache's one-row decode runs the integer kernels (the AMX Xeons' rule); hardware_stream 1 when decode over a cache's
- * blocked K leaves K and V to the hardware prefetchers, its blocks scored in address order (a Zen 4's rule;
- * ATTEND_DECODE_HW_STREAM overrides); adaptive_request_kind 1 when decode calls choose page starts or whole lines at run
- * time from their own times (the model-167 AMX Xeon's rule; ATTEND_DECODE_ADAPT overrides). ATTEND_ERROR_INVALID_ARGUMENT when an ATTEND_DECODE_* variable holds an invalid
+ * l2_ahead_bytes (0: no L2 requests); l2_page_starts 1 for one line per 4 KiB page (an 8-bit cache's: every line);
+ * i8_one_row_integer 1 when an 8-bit cache's one-row decode runs the integer kernels (the AMX Xeons' rule);
+ * hardware_stream 1 when decode over a cache's blocked K leaves K and V to the hardware prefetchers, its blocks scored
+ * in address order (a Zen 4's rule; ATTEND_DECODE_HW_STREAM overrides); adaptive_request_kind 1 when decode calls
+ * choose page starts or whole lines at run time from their own times (the model-167 AMX Xeon's rule;
+ * ATTEND_DECODE_ADAPT overrides). ATTEND_ERROR_INVALID_ARGUMENT when an ATTEND_DECODE_* variable holds an invalid
  * value. */
 typedef struct attend_decode_tuning_info {
   char rules[16];
