@@ -3,45 +3,64 @@
 #include <algorithm>
 
 namespace attend::dispatch {
-namespace {
 
-double median(const double* t, int n) {
-  double v[RequestKindChooser::kSamples];
-  std::copy(t, t + n, v);
-  std::sort(v, v + n);
-  return v[n / 2];
+RequestKindChooser::Slot& RequestKindChooser::slot(const RequestKey& key) {
+  for (Slot& s : slots_) {
+    if (!s.used) {
+      s.used = true;
+      s.key = key;
+      return s;
+    }
+    if (s.key == key) return s;
+  }
+  return slots_[kKeys - 1];  // (more kinds of call than slots: the rest share the last)
 }
 
-}  // namespace
+const RequestKindChooser::Slot* RequestKindChooser::find(const RequestKey& key) const {
+  for (const Slot& s : slots_) {
+    if (!s.used) return nullptr;
+    if (s.key == key) return &s;
+  }
+  return &slots_[kKeys - 1];
+}
 
-RequestKindChooser::Choice RequestKindChooser::choose(int key) {
+RequestKindChooser::Choice RequestKindChooser::choose(const RequestKey& key) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  Slot& s = slots_[key];
+  Slot& s = slot(key);
   if (s.best >= 0 && s.left > 0) {
     --s.left;
     return {static_cast<RequestKind>(s.best), false};
   }
   s.best = -1;
-  // Alternate: the kind with fewer samples (page starts first).
-  return {s.n[1] < s.n[0] ? RequestKind::whole_lines : RequestKind::page_starts, true};
+  // A pair: page starts, then whole lines.
+  return {s.have_pages ? RequestKind::whole_lines : RequestKind::page_starts, true};
 }
 
-void RequestKindChooser::record(int key, RequestKind kind, double seconds_per_byte) {
+void RequestKindChooser::record(const RequestKey& key, RequestKind kind, double seconds_per_byte) {
   const std::lock_guard<std::mutex> lock(mutex_);
-  Slot& s = slots_[key];
-  const int k = static_cast<int>(kind);
-  if (s.best >= 0 || s.n[k] >= kSamples) return;
-  s.t[k][s.n[k]++] = seconds_per_byte;
-  if (s.n[0] < kSamples || s.n[1] < kSamples) return;
-  s.best = median(s.t[1], kSamples) < median(s.t[0], kSamples) ? 1 : 0;
+  Slot& s = slot(key);
+  if (s.best >= 0) return;
+  if (kind == RequestKind::page_starts) {
+    s.pages = seconds_per_byte;
+    s.have_pages = true;
+    return;
+  }
+  if (!s.have_pages) return;
+  s.have_pages = false;
+  s.ratio[s.n++] = s.pages > 0.0 ? seconds_per_byte / s.pages : 1.0;
+  if (s.n < kSamples) return;
+  double r[kSamples];
+  std::copy(s.ratio, s.ratio + kSamples, r);
+  std::nth_element(r, r + kSamples / 2, r + kSamples);
+  s.best = r[kSamples / 2] < 1.0 ? 1 : 0;
   s.left = kExploit;
-  s.n[0] = s.n[1] = 0;
+  s.n = 0;
 }
 
-int RequestKindChooser::exploiting(int key) const {
+int RequestKindChooser::exploiting(const RequestKey& key) const {
   const std::lock_guard<std::mutex> lock(mutex_);
-  const Slot& s = slots_[key];
-  return s.left > 0 ? s.best : -1;
+  const Slot* s = find(key);
+  return s && s->left > 0 ? s->best : -1;
 }
 
 void RequestKindChooser::reset() {

@@ -261,14 +261,16 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
   // chosen per call by the chooser from earlier calls' times (a decode-only call: every item
   // streams its K/V once). Either kind computes the same bits.
   bool page_starts = dispatch::decode_page_starts();
-  int kind_key = -1;
+  dispatch::RequestKey kind_key{};
   dispatch::RequestKindChooser::Choice kind{};
   if (s.stream_item < items && l2_ahead > 0 && dispatch::decode_request_kind_adaptive()) {
     size_t at = 0;  // the first entry that streams (Schedule::stream_item's; its plan's rows name the key)
     while (at + 1 < s.order.size() &&
            !(pr.entries[s.order[at]].num_queries > 0 && s.plans[s.order[at]].row_blocks == 1))
       ++at;
-    kind_key = dispatch::request_key(pr.kv_type, s.plans[s.order[at]].group_rows >= 2, pr.k_blocked);
+    const BatchEntry& first = pr.entries[s.order[at]];
+    kind_key = {pr.kv_type, static_cast<int>(s.plans[s.order[at]].group_rows), pr.k_blocked, pr.head_dim,
+                pr.softcap != 0.0f || pr.alibi || pr.sinks || first.bias};
     if (s.stream_item == 0) {
       kind = dispatch::request_kind_chooser().choose(kind_key);
       page_starts = kind.kind == dispatch::RequestKind::page_starts;

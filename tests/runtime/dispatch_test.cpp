@@ -205,28 +205,28 @@ TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
   }
 }
 
-// The request kind chooser (request_kind.hpp): both kinds timed kSamples calls each, alternating,
-// then the one with the lower median run kExploit calls untimed, then both timed again; each key
-// on its own; reports during an exploitation ignored.
+// The request kind chooser (request_kind.hpp): kSamples pairs of timed calls (page starts, then
+// whole lines), then the kind the median pair favoured run kExploit calls untimed, then pairs timed
+// again; each key on its own; reports during an exploitation ignored.
 TEST(RequestKindChooser, ExploresBothKindsThenRunsTheFasterThenExploresAgain) {
   using dispatch::RequestKind;
   using C = dispatch::RequestKindChooser;
   C c;
-  const int key = dispatch::request_key(kernels::KvType::f32, true, true), other = key - 1;
-  auto explore = [&](double pages_time, double lines_time) {
-    int n[2] = {0, 0};
+  const dispatch::RequestKey key{kernels::KvType::f32, 4, true, 128, false};
+  dispatch::RequestKey other = key;
+  other.group_rows = 8;
+  // times(i): the pair i's (page starts, whole lines) seconds per byte.
+  auto explore = [&](auto times) {
     for (int i = 0; i < 2 * C::kSamples; ++i) {
       EXPECT_EQ(c.exploiting(key), -1);
       const C::Choice ch = c.choose(key);
       EXPECT_TRUE(ch.timed);
-      EXPECT_EQ(static_cast<int>(ch.kind), i % 2);  // alternating, page starts first
-      ++n[static_cast<int>(ch.kind)];
-      c.record(key, ch.kind, ch.kind == RequestKind::whole_lines ? lines_time : pages_time);
+      EXPECT_EQ(static_cast<int>(ch.kind), i % 2);  // pairs: page starts first
+      const std::pair<double, double> t = times(i / 2);
+      c.record(key, ch.kind, ch.kind == RequestKind::whole_lines ? t.second : t.first);
     }
-    EXPECT_EQ(n[0], C::kSamples);
-    EXPECT_EQ(n[1], C::kSamples);
   };
-  explore(2.0, 1.0);  // whole lines twice as fast
+  explore([](int) { return std::pair{2.0, 1.0}; });  // whole lines twice as fast
   EXPECT_EQ(c.exploiting(key), 1);
   EXPECT_EQ(c.exploiting(other), -1);            // keys are separate
   c.record(key, RequestKind::page_starts, 0.0);  // (ignored: not exploring)
@@ -235,16 +235,44 @@ TEST(RequestKindChooser, ExploresBothKindsThenRunsTheFasterThenExploresAgain) {
     ASSERT_FALSE(ch.timed) << i;
     ASSERT_EQ(ch.kind, RequestKind::whole_lines) << i;
   }
-  explore(1.0, 3.0);  // the state changed: page starts faster now
+  explore([](int) { return std::pair{1.0, 3.0}; });  // the state changed: page starts faster now
   EXPECT_EQ(c.exploiting(key), 0);
   for (int64_t i = 0; i < C::kExploit; ++i) ASSERT_EQ(c.choose(key).kind, RequestKind::page_starts);
-  // One outlier per kind (the first two calls) does not decide: medians.
-  for (int i = 0; i < 2 * C::kSamples; ++i) {
-    const C::Choice ch = c.choose(key);
-    const bool outlier = i < 2;
-    c.record(key, ch.kind, ch.kind == RequestKind::whole_lines ? (outlier ? 100.0 : 1.0) : (outlier ? 0.01 : 2.0));
-  }
+  // Two outlying pairs do not decide: the median pair does.
+  explore([](int i) { return i < 2 ? std::pair{0.01, 100.0} : std::pair{2.0, 1.0}; });
   EXPECT_EQ(c.exploiting(key), 1);
+  for (int64_t i = 0; i < C::kExploit; ++i) c.choose(key);
+  // Pairs over calls of different sizes (context lengths) compare within the pair: whole lines 10%
+  // faster in four pairs of five decides, where each kind's median time (both the middle-sized
+  // pair's, 3 against 3.6) would pick page starts.
+  explore([](int i) {
+    const double size = i + 1.0;
+    return std::pair{size, (i == 2 ? 1.2 : 0.9) * size};
+  });
+  EXPECT_EQ(c.exploiting(key), 1);
+  // A whole lines time with no page starts time before it is not a pair.
+  c.reset();
+  EXPECT_EQ(c.exploiting(key), -1);
+  for (int i = 0; i < 2 * C::kSamples; ++i) c.record(key, RequestKind::whole_lines, 1.0);
+  EXPECT_EQ(c.exploiting(key), -1);
+  EXPECT_EQ(c.choose(key).kind, RequestKind::page_starts);
+}
+
+// More kinds of call than slots: the later keys share the last slot, and the chooser still works
+// for every key (each gets a kind; none is lost).
+TEST(RequestKindChooser, MoreKeysThanSlotsShareTheLast) {
+  using dispatch::RequestKind;
+  using C = dispatch::RequestKindChooser;
+  C c;
+  for (int k = 0; k < C::kKeys + 10; ++k) {
+    const dispatch::RequestKey key{kernels::KvType::f32, 4, true, 16 * (k + 1), false};
+    for (int i = 0; i < 2 * C::kSamples; ++i) {
+      const C::Choice ch = c.choose(key);
+      if (ch.timed) c.record(key, ch.kind, ch.kind == RequestKind::whole_lines ? 1.0 : 2.0);
+    }
+    EXPECT_EQ(c.exploiting(key), 1) << k;
+  }
+  EXPECT_EQ(c.exploiting({kernels::KvType::f32, 4, true, 16, false}), 1);  // the first slot kept its own
 }
 
 // Concurrent calls (threads choosing and reporting on two keys) leave the chooser consistent: each
@@ -253,18 +281,20 @@ TEST(RequestKindChooser, ConcurrentCallsAreSafe) {
   using dispatch::RequestKind;
   using C = dispatch::RequestKindChooser;
   C c;
+  const dispatch::RequestKey keys[2] = {{kernels::KvType::f32, 4, true, 128, false},
+                                        {kernels::KvType::f32, 1, true, 128, false}};
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t)
-    threads.emplace_back([&c, t] {
+    threads.emplace_back([&c, &keys, t] {
       for (int i = 0; i < 3000; ++i) {
-        const int key = (i + t) % 2;  // whole lines faster on key 0, page starts on key 1
-        const C::Choice ch = c.choose(key);
-        if (ch.timed) c.record(key, ch.kind, (ch.kind == RequestKind::whole_lines) == (key == 0) ? 1.0 : 2.0);
+        const int k = (i + t) % 2;  // whole lines faster on key 0, page starts on key 1
+        const C::Choice ch = c.choose(keys[k]);
+        if (ch.timed) c.record(keys[k], ch.kind, (ch.kind == RequestKind::whole_lines) == (k == 0) ? 1.0 : 2.0);
       }
     });
   for (std::thread& th : threads) th.join();
-  EXPECT_EQ(c.exploiting(0), 1);
-  EXPECT_EQ(c.exploiting(1), 0);
+  EXPECT_EQ(c.exploiting(keys[0]), 1);
+  EXPECT_EQ(c.exploiting(keys[1]), 0);
 }
 
 // Where the kind is chosen at run time (ctest runs this with ATTEND_DECODE_ADAPT=1 on every
@@ -289,7 +319,7 @@ TEST(RequestKindChooser, DecodeBitsDoNotDependOnTheKind) {
       const int64_t seq[] = {0};
       cache.append(0, TensorView(k.data(), {1, Hkv, L - 1, D}, {0, L * D, D, 1}),
                    TensorView(v.data(), {1, Hkv, L - 1, D}, {0, L * D, D, 1}));
-      const int key = dispatch::request_key(kv, group >= 2, true);
+      const dispatch::RequestKey key{kv, static_cast<int>(group), true, D, false};
       dispatch::request_kind_chooser().reset();
       std::vector<float> first;
       int explorations = 0, was = dispatch::request_kind_chooser().exploiting(key);
