@@ -116,8 +116,9 @@ struct DecodeTuning {
   /// a Zen 4's rule; ATTEND_DECODE_HW_STREAM=0|1 overrides. sdpa's row-major K keeps its requests.
   bool hardware_stream = false;
   /// The L2 request kind, page starts (l2_page_starts) or whole lines, is chosen at run time: each
-  /// kind of decode call (storage type, GQA group or one row) alternates the two over its first
-  /// timed calls and then runs the faster for 2,000 calls before timing both again. The model-167
+  /// kind of decode call (storage type, rows per kv head, blocked K, head_dim, score terms)
+  /// times the two in pairs over its first calls and then runs the faster for 500 calls before
+  /// timing both again. The model-167
   /// AMX Xeon's rule (its faster kind follows the memory's state); ATTEND_DECODE_ADAPT=0|1
   /// overrides. Either kind computes the same bits.
   bool adaptive_request_kind = false;
