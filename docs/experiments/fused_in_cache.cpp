@@ -5,11 +5,13 @@
 // each after the bench's eviction (bench/machine.hpp Evict): the library's decode step
 // (cached_attention, its append included), fused_block_decode.cpp's 16-key fused step and its
 // 512-key tiles over the cache's own K and V (the ranges the bench evicts), the harness's plain
-// read of those bytes, and the bench's reference read (the best of three), and with -DNARROW_FUSED
-// over a tree with narrow_fused_f32.diff applied, that diff's library kernel called here on whole
-// heads (static schedule, its scratch on each thread's stack). Rotated per rep. REALQ=1: that
-// call's queries are the library step's (else the harness's); TRACE=1 prints per-head and per-call
-// TSC times (2.6 GHz here) to stderr; the diff's ATTEND_FUSED_TRACE=1 the library's per item.
+// read of those bytes, the bench's reference read (the best of three) and the append alone; with
+// -DNARROW_FUSED, over a tree with narrow_fused_f32.diff applied, also that diff's library kernel
+// called here on whole heads (static schedule, its scratch on each thread's stack). Rotated per
+// rep. REALQ=1: that call's queries are the library step's (else the harness's). TRACE=1 prints
+// each library call's TSC start and end to stderr (TRACE=2 each direct head's time too); the
+// diff's ATTEND_FUSED_TRACE=1 records the library's items' TSC times, written to
+// /tmp/fused_trace.txt at exit (2.6 GHz TSC here).
 //   g++ -std=c++20 -O2 -march=native -fopenmp -I. -Iinclude -Ibuild/runtime/include \
 //       docs/experiments/fused_in_cache.cpp bench/machine.cpp -o /tmp/fused_in_cache \
 //       build/lib/libattend_core.a -ldnnl -lnuma -lbenchmark -lpthread
