@@ -2,7 +2,8 @@
 # tools/bench_ab.py against the real attend-bench: two variants alternated over two rounds of one
 # decode entry (its paired share, milliseconds and the ratio to the first variant; the JSON for a
 # fleet), then the failures it must report rather than print a table for: a bench process that
-# fails, a filter that matches nothing, a malformed variant, two variants of one name.
+# fails or writes no results, a filter that matches nothing, a malformed variant, two variants of
+# one name.
 # usage: bench_ab_test.sh ATTEND_BENCH SOURCE_DIR
 set -euo pipefail
 bench="$1"
@@ -43,7 +44,8 @@ expect_status() {  # expect_status CODE WHAT ARGS...: bench_ab exits CODE with a
   [[ ! -s "$work/out.txt" ]] || { echo "$what printed a table"; cat "$work/out.txt"; exit 1; }
 }
 expect_status 1 "a failing bench process" --bench /bin/false --filter x base
+expect_status 1 "a bench process that writes no results" --bench /bin/true --filter x base
 expect_status 1 "a filter matching nothing" "${quick[@]}" --filter '^no/such/entry/' base
 expect_status 2 "a malformed variant" --bench "$bench" --filter x 'base:NOVALUE'
 expect_status 2 "two variants of one name" --bench "$bench" --filter x base base:A=1
-echo "bench_ab: the table, the JSON and four failures as documented"
+echo "bench_ab: the table, the JSON and five failures as documented"

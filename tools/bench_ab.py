@@ -59,8 +59,11 @@ def run_once(variant, bench_filter, threads, extra, counters):
         proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"variant {variant['name']}: {' '.join(cmd)} exited {proc.returncode}\n{proc.stderr}")
-        with open(out) as f:
-            data = json.load(f)
+        try:
+            with open(out) as f:
+                data = json.load(f)
+        except ValueError as e:
+            raise RuntimeError(f"variant {variant['name']}: {variant['binary']} wrote no JSON results ({e})") from e
     finally:
         os.unlink(out)
     medians = {}
