@@ -121,9 +121,9 @@ def main(argv):
     width = max(len(v["name"]) for v in variants)
     for e in entries:
         print(e)
-        per = {}
+        per, seen_by = {}, {}
         for v in variants:
-            seen = [run[e] for run in rounds[v["name"]] if e in run]
+            seen = seen_by[v["name"]] = [run[e] for run in rounds[v["name"]] if e in run]
             ms = [x["ms"] for x in seen]
             pct = [x["paired_pct"] for x in seen if x["paired_pct"] is not None]
             per[v["name"]] = {"ms": ms, "paired_pct": pct,
@@ -136,7 +136,7 @@ def main(argv):
         for v in variants:
             p = per[v["name"]]
             cells = "  ".join((f"{x['paired_pct']:5.1f}% " if x["paired_pct"] is not None else "")
-                              + f"{x['ms']:.3f}" for x in (run[e] for run in rounds[v["name"]] if e in run))
+                              + f"{x['ms']:.3f}" for x in seen_by[v["name"]])
             summary = ""
             if p["median_ms"] is not None:
                 summary = f"| median {p['median_ms']:.3f} ms"
