@@ -15,7 +15,7 @@ defaults to --bench. Every process runs with OMP_NUM_THREADS=--threads unless EN
 table lists, per entry and variant, every round's paired share and median milliseconds, then the
 medians over the rounds and the ratio of the variant's median milliseconds to the first variant's.
 --json writes the same numbers for a fleet to collect. Exit status: 0, or 1 when a process failed
-(its stderr is printed) or the filter matched no entry, 2 on bad arguments.
+(its stderr is printed) or wrote no results, or the filter matched no entry, 2 on bad arguments.
 """
 import argparse
 import json
