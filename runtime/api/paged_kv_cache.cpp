@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "../cache/kv_store.hpp"
@@ -20,28 +21,21 @@ namespace attend {
 namespace {
 // Masks compare key positions as f32 inside the kernels; they are exact below 2^24.
 constexpr int64_t kMaxTokens = int64_t{1} << 24;
-// The tokens a new stretch of blocks leaves free after another sequence's last block
-// (PagedKVCache::Impl::growth_room): a decode step reads a sequence's adjacent blocks as one run per
-// head, and 512 tokens (256 KB per head of an f32 cache at D 128) measured as well as fully
-// contiguous ones within 5%, against 0.67–0.76× for blocks a block apart (session 41).
-constexpr int64_t kGrowthTokens = 512;
 std::string str(int64_t v) { return std::to_string(v); }
 }  // namespace
 
 namespace {
 
 // The pool's free blocks: a bitmap (bit b % 64 of word b / 64 set = block b free) and their count.
-// Taking and freeing a block are O(1), finding the lowest free block or placing a stretch of n
-// adjacent ones a scan of the words (free runs inside a word found by bit counts), and nothing
-// allocates after reset. (A sorted list of ids took O(free blocks) per stretch to erase and per
-// release to merge, and 23–88 µs per 256-token chunk in a fragmented 64k-block pool: 2.5 now.)
+// Taking and freeing a block are O(1), placing a stretch a pass over the words (FreeBlocks::place),
+// and nothing allocates after reset. (A sorted list of ids took O(free blocks) per stretch to erase
+// and per release to merge: 23–88 µs per 256-token chunk in a fragmented 65,536-block pool.)
 class FreeBlocks {
  public:
   void reset(int64_t blocks) {
     words_.assign(static_cast<size_t>((blocks + 63) / 64), 0);
     count_ = 0;
     for (int64_t b = 0; b < blocks; ++b) give(b);
-    first_ = 0;
   }
   int64_t size() const { return count_; }
   bool has(int64_t b) const {
@@ -54,58 +48,52 @@ class FreeBlocks {
   void give(int64_t b) {
     words_[static_cast<size_t>(b / 64)] |= uint64_t{1} << (b % 64);
     ++count_;
-    first_ = std::min(first_, b / 64);
   }
-  // The lowest free block (there is one).
-  int64_t lowest() {
-    while (words_[static_cast<size_t>(first_)] == 0) ++first_;  // (no free block below word first_)
-    return first_ * 64 + std::countr_zero(words_[static_cast<size_t>(first_)]);
-  }
-  // Where a new stretch of n blocks goes: in the lowest free run [a, b) that holds it past `room`
-  // blocks left free after a block that ends a sequence (tails[a − 1] > 0: that sequence grows
-  // into them), at a + room; else at the start of the lowest run of n; -1 when there is none.
-  int64_t place(int64_t n, int64_t room, const std::vector<int32_t>& tails) const {
-    int64_t fit = -1, found = -1;
-    for_each_run([&](int64_t a, int64_t b) {
-      const int64_t off = a > 0 && tails[static_cast<size_t>(a - 1)] > 0 ? room : 0;
-      if (b - a >= off + n) {
-        found = a + off;
-        return true;
-      }
-      if (fit < 0 && b - a >= n) fit = a;
-      return false;
-    });
-    return found >= 0 ? found : fit;
+  // Where a new stretch of n blocks goes (there is a free block): in the largest free run [a, b)
+  // (the lowest of equal ones). After a block that ends a sequence (tails[a − 1] > 0), which may
+  // grow into the run, the stretch starts halfway, at a + min((b − a) / 2, b − a − n), so both
+  // keep room; else at a. A run shorter than n is taken whole from a (the caller places the rest).
+  int64_t place(int64_t n, const std::vector<int32_t>& tails) const {
+    const auto [a, len] = largest_run();
+    if (len <= n || a == 0 || tails[static_cast<size_t>(a - 1)] == 0) return a;
+    return a + std::min(len / 2, len - n);
   }
 
  private:
-  // f(a, b) for each maximal run [a, b) of free blocks, in ascending order, until f returns true.
-  template <class F>
-  void for_each_run(F&& f) const {
+  // The largest run of free blocks as (first block, length), the lowest of equal ones; (-1, 0)
+  // when none is free. One pass over the words, O(1) bit operations per word but for a word's
+  // longest inner run (as many steps as that run is long): runs are never visited one by one, so a
+  // pool fragmented into isolated blocks costs what an empty one does.
+  std::pair<int64_t, int64_t> largest_run() const {
+    int64_t best = -1, best_len = 0;
+    auto consider = [&](int64_t from, int64_t len) {
+      if (len > best_len) best = from, best_len = len;
+    };
+    int64_t open = -1;  // the first block of a free run reaching the current word's bit 0
     const int64_t words = static_cast<int64_t>(words_.size());
-    int64_t start = -1;  // the open run's first block
-    for (int64_t w = first_; w < words; ++w) {
+    for (int64_t w = 0; w < words; ++w) {
       const uint64_t x = words_[static_cast<size_t>(w)];
-      if ((start < 0 && x == 0) || (start >= 0 && x == ~uint64_t{0})) continue;
-      for (int pos = 0; pos < 64;) {
-        if (start < 0) {
-          const uint64_t free_from = x >> pos;
-          if (free_from == 0) break;
-          pos += std::countr_zero(free_from);
-          start = w * 64 + pos;
-        }
-        const uint64_t used_from = ~x >> pos;  // (zeros shifted in: a run reaching the top goes on)
-        if (used_from == 0) break;
-        pos += std::countr_zero(used_from);
-        if (f(start, w * 64 + pos)) return;
-        start = -1;
+      const int64_t base = w * 64;
+      if (x == ~uint64_t{0}) {
+        if (open < 0) open = base;
+        continue;
       }
+      const int lo = std::countr_one(x), hi = std::countl_one(x);  // the runs at the word's ends (< 64)
+      const int64_t from = open >= 0 ? open : base;
+      if (open >= 0 || lo > 0) consider(from, base + lo - from);
+      open = hi > 0 ? base + 64 - hi : -1;
+      // The runs strictly inside: bits lo and 63 − hi are used, so they end inside the word.
+      uint64_t y = x & ~((uint64_t{1} << lo) - 1) & (hi > 0 ? ~(~uint64_t{0} << (64 - hi)) : ~uint64_t{0});
+      int64_t k = 0;
+      for (uint64_t next = y; next != 0; next &= next >> 1) y = next, ++k;  // then y: where the runs of k start
+      if (k > 0) consider(base + std::countr_zero(y), k);
     }
-    if (start >= 0) f(start, words * 64);  // (a run through the last word's top bit: num_blocks a multiple of 64)
+    if (open >= 0) consider(open, words * 64 - open);
+    return {best, best_len};
   }
   uint64_t word(int64_t b) const { return words_[static_cast<size_t>(b / 64)]; }
   std::vector<uint64_t> words_;
-  int64_t count_ = 0, first_ = 0;  // free blocks; a word index with no free block below it
+  int64_t count_ = 0;  // free blocks
 };
 
 }  // namespace
@@ -129,9 +117,6 @@ struct PagedKVCache::Impl {
   FreeBlocks free;
   std::vector<int32_t> refs;   // sequences holding each block
   std::vector<int32_t> tails;  // sequences whose last block it is (they may grow past it)
-  // Blocks a new stretch leaves free after another sequence's last block, for that one to grow
-  // into (take): 512 tokens' worth.
-  int64_t growth_room = 0;
 
   mutable std::mutex seq_mutex;  // the sequence table
   std::unordered_map<int64_t, std::unique_ptr<Seq>> seqs;
@@ -192,7 +177,8 @@ struct PagedKVCache::Impl {
     if (s.length % bt() != 0) {
       int32_t& last = s.blocks.back();
       if (refs[static_cast<size_t>(last)] > 1) {  // copy-on-write of the shared partial block
-        const int32_t copy = take_lowest();
+        // (placed as the first of the blocks the sequence takes now, which follow it)
+        const int32_t copy = take_placed(1 + blocks_for(s.length + tokens) - static_cast<int64_t>(s.blocks.size()));
         store.copy_page(last, copy, s.length % bt());
         --refs[static_cast<size_t>(last)];
         refs[static_cast<size_t>(copy)] = 1;
@@ -204,20 +190,23 @@ struct PagedKVCache::Impl {
   }
 
   // Appends n free blocks to s's table, each new stretch as long an ascending run of adjacent
-  // blocks as the pool has: the block after s's last one if it is free, else a new stretch placed
-  // by FreeBlocks::place — the lowest run holding the blocks still needed past growth_room blocks
-  // left after another sequence's last block, else the lowest run of them — else the lowest free
-  // blocks. (A pool fragmented by sequences growing token by token side by side otherwise hands a
-  // prompt chunk scattered blocks: serve/paged-f32's 256-token chunks got 8 runs of one block
-  // each, and its prompt chunks ran 12% slower than over the slot cache. And sequences growing side
-  // by side took the lowest free block in turn, so each one's blocks lay a block apart: decode
-  // read 16 KB runs per head, at 0.67–0.76× the slot cache's bandwidth on a Zen 5, session 41.)
+  // blocks as the pool has: the block after s's last one if it is free, else a stretch placed by
+  // FreeBlocks::place (the largest free run, halfway along it after another sequence's last
+  // block). A decode step reads each run of a sequence's adjacent blocks as one stream per head:
+  // - Sequences growing side by side took the lowest free block in turn at first, so each one's
+  //   blocks lay a block apart: decode read 16 KB runs per head, at 0.67–0.76× the slot cache's
+  //   bandwidth on a Zen 5 (session 41).
+  // - Then the lowest run holding the stretch past 512 tokens left after another sequence's last
+  //   block: histories grown as a server grows them (prompt chunks, then a token at a time) lay in
+  //   159 runs for the serving trace's 32 sequences, 0.92–0.94× the slot cache's bandwidth.
+  // - Halving the largest run: 82 runs, 0.95–0.97× (session 63, docs/performance.md).
+  // (A pool fragmented by sequences growing token by token also handed a prompt chunk scattered
+  // blocks under a LIFO free list: 8 runs of one block per 256-token chunk, 12% slower.)
   // Needs pool_mutex and n free blocks.
   void take(Seq& s, int64_t n) {
     while (n > 0) {
       int64_t at = s.blocks.empty() ? -1 : s.blocks.back() + 1;
-      if (!free.has(at)) at = free.place(n, growth_room, tails);
-      if (at < 0) at = free.lowest();
+      if (!free.has(at)) at = free.place(n, tails);
       for (; n > 0 && free.has(at); --n, ++at) {
         free.take(at);
         refs[static_cast<size_t>(at)] = 1;
@@ -226,9 +215,10 @@ struct PagedKVCache::Impl {
     }
   }
 
-  // The lowest free block, taken (a copy-on-write's copy). Needs pool_mutex and a free block.
-  int32_t take_lowest() {
-    const int64_t b = free.lowest();
+  // The first block of a stretch of n placed by FreeBlocks::place, taken (a copy-on-write's copy,
+  // which the sequence's next blocks follow). Needs pool_mutex and a free block.
+  int32_t take_placed(int64_t n) {
+    const int64_t b = free.place(n, tails);
     free.take(b);
     return static_cast<int32_t>(b);
   }
@@ -277,8 +267,7 @@ PagedKVCache::PagedKVCache(const PagedKVCacheConfig& c) : impl_(std::make_unique
                             /*head_major=*/true);
   s.refs.assign(static_cast<size_t>(c.num_blocks), 0);
   s.tails.assign(static_cast<size_t>(c.num_blocks), 0);
-  s.growth_room = (kGrowthTokens + c.block_tokens - 1) / c.block_tokens;
-  s.free.reset(c.num_blocks);  // (lowest first: a fresh cache fills the pool front to back)
+  s.free.reset(c.num_blocks);
 }
 
 PagedKVCache::~PagedKVCache() = default;
@@ -407,7 +396,7 @@ void PagedKVCache::keep(int64_t seq, int64_t first, std::span<const int64_t> pos
     if (dst == src) continue;
     int32_t& block = q.blocks[static_cast<size_t>(dst / bt)];
     if (s.refs[static_cast<size_t>(block)] > 1) {  // copy-on-write of the block the token lands in
-      const int32_t copy = s.take_lowest();
+      const int32_t copy = s.take_placed(1);
       s.store.copy_page(block, copy, std::min(bt, len - dst / bt * bt));
       --s.refs[static_cast<size_t>(block)];
       s.refs[static_cast<size_t>(copy)] = 1;

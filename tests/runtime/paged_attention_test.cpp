@@ -5,6 +5,8 @@
 // the thread-safety promise (disjoint sequences concurrently; the same sequence detected).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <attend/attend.hpp>
 #include <cstdlib>
@@ -466,49 +468,55 @@ TEST(PagedKVCache, HoldsCeilTokensOverBlockTokensAndTruncates) {
   EXPECT_EQ(cache.free_blocks(), 100);
 }
 
-// New blocks follow the sequence's last block when it is free, else come as the pool's lowest run of
-// adjacent blocks: a prompt chunk in a pool fragmented by sequences growing side by side is still
-// read as one run. The free list stays sorted through releases and truncations.
+// New blocks follow the sequence's last block when it is free, else come as one stretch placed in
+// the pool's largest free run: at its start, or halfway along it when another sequence's last
+// block comes right before it (that sequence keeps the first half to grow into). A prompt chunk
+// is still read as one run in a pool fragmented by sequences growing side by side.
 TEST(PagedKVCache, NewBlocksFollowTheSequenceOrComeAsOneRun) {
   using detail::PagedKVCacheAccess;
   PagedKVCache cache({1, 16, 32, 16, DType::f32});
   History hist{1, 16, DType::f32, {}, {}};
   std::mt19937 rng(5);
   const int64_t a = cache.create_sequence(), b = cache.create_sequence();
-  for (int round = 0; round < 4; ++round) {  // a: blocks 0, 2, 4, 6; b: 1, 3, 5, 7
+  for (int round = 0; round < 4; ++round) {  // a from 0; b halfway along [1, 32): 1 + 15
     append_random(cache, hist, rng, a, 16);
     append_random(cache, hist, rng, b, 16);
   }
-  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, a), (std::vector<int32_t>{0, 2, 4, 6}));
-  cache.release(a);  // free: 0, 2, 4, 6, 8–31
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, a), (std::vector<int32_t>{0, 1, 2, 3}));
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, b), (std::vector<int32_t>{16, 17, 18, 19}));
+  cache.release(a);  // free: [0, 16), [20, 32)
   const int64_t c = cache.create_sequence();
-  append_random(cache, hist, rng, c, 50);  // 4 blocks at once: the lowest run of four
-  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, c), (std::vector<int32_t>{8, 9, 10, 11}));
-  append_random(cache, hist, rng, c, 30);  // 12 is free: it follows 11
-  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, c), (std::vector<int32_t>{8, 9, 10, 11, 12}));
+  append_random(cache, hist, rng, c, 50);  // 4 blocks at once: the start of the largest run (no one ends before it)
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, c), (std::vector<int32_t>{0, 1, 2, 3}));
+  append_random(cache, hist, rng, c, 30);  // 4 is free: it follows 3
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, c), (std::vector<int32_t>{0, 1, 2, 3, 4}));
   const int64_t d = cache.create_sequence();
-  append_random(cache, hist, rng, d, 1);  // one block: the lowest
-  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, d), (std::vector<int32_t>{0}));
-  cache.release(b);  // 1 comes free, after d's 0
+  append_random(cache, hist, rng, d, 1);  // [20, 32) (12) is larger than [5, 16) (11); after b's 19: 20 + 6
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, d), (std::vector<int32_t>{26}));
+  cache.release(b);  // [5, 26) free
   append_random(cache, hist, rng, d, 16);
-  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, d), (std::vector<int32_t>{0, 1}));
-  cache.truncate(c, 16);  // 9–12 back
-  // Everything free, taken in one call: ascending, whatever order it was freed in.
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, d), (std::vector<int32_t>{26, 27}));
+  cache.truncate(c, 16);  // 1–4 back: [1, 26) and [28, 32) free
+  // Everything free, taken in one call: the largest run whole, then the next; ascending.
   const int64_t e = cache.create_sequence();
   const int64_t rest = cache.free_blocks();
   append_random(cache, hist, rng, e, rest * 16);
   const std::vector<int32_t> table = PagedKVCacheAccess::block_table(cache, e);
   ASSERT_EQ(static_cast<int64_t>(table.size()), rest);
+  ASSERT_EQ(rest, 29);
+  EXPECT_EQ(table.front(), 1);
+  EXPECT_EQ(table[24], 25);
+  EXPECT_EQ(table[25], 28);
   EXPECT_TRUE(std::is_sorted(table.begin(), table.end()));
   EXPECT_EQ(std::adjacent_find(table.begin(), table.end()), table.end());
   EXPECT_EQ(cache.free_blocks(), 0);
   EXPECT_THROW(PagedKVCacheAccess::block_table(cache, 99), Error);
 }
 
-// The free blocks' search across the bitmap's 64-block words: isolated free blocks are passed
-// over for a run, a run may straddle two words, and a call that finds no run of what it needs takes
-// the lowest stretch first. (Every free run here follows a sequence's last block and is shorter than
-// the room left for it to grow, so stretches go to the runs' starts.)
+// The free runs' search across the bitmap's 64-block words: a run may straddle two words, isolated
+// free blocks are runs of one, and a call that finds no run of what it needs takes the largest runs
+// whole, the lowest of equal ones first. (Every block here ends a one-block sequence, so a stretch
+// shorter than its run starts halfway along it.)
 TEST(PagedKVCache, FreeRunsAcrossWordsAndIsolatedBlocks) {
   using detail::PagedKVCacheAccess;
   PagedKVCache cache({1, 16, 200, 16, DType::f32});
@@ -524,30 +532,30 @@ TEST(PagedKVCache, FreeRunsAcrossWordsAndIsolatedBlocks) {
     one[static_cast<size_t>(table[0])] = s;
   }
   EXPECT_EQ(cache.free_blocks(), 0);
-  std::vector<int64_t> freed = {10, 12, 14, 63, 64, 65, 66, 199};
-  for (int64_t b = 130; b < 140; ++b) freed.push_back(b);
+  std::vector<int64_t> freed = {10, 12, 14, 199};
+  for (int64_t b = 61; b < 67; ++b) freed.push_back(b);    // 6 blocks across words 0 and 1
+  for (int64_t b = 130; b < 135; ++b) freed.push_back(b);  // 5
   for (int64_t b : freed) cache.release(one[static_cast<size_t>(b)]);
   auto taken = [&](int64_t tokens) {
     const int64_t s = cache.create_sequence();
     append_random(cache, hist, rng, s, tokens);
     return PagedKVCacheAccess::block_table(cache, s);
   };
-  EXPECT_EQ(taken(64), (std::vector<int32_t>{63, 64, 65, 66}));  // from word 0's top bit into word 1
-  EXPECT_EQ(taken(48), (std::vector<int32_t>{130, 131, 132}));
-  EXPECT_EQ(taken(1), (std::vector<int32_t>{10}));
-  EXPECT_EQ(taken(128), (std::vector<int32_t>{12, 133, 134, 135, 136, 137, 138, 139}));  // no run of 8
-  EXPECT_EQ(cache.free_blocks(), 2);
-  EXPECT_EQ(taken(32), (std::vector<int32_t>{14, 199}));
+  EXPECT_EQ(taken(96), (std::vector<int32_t>{61, 62, 63, 64, 65, 66}));  // the largest run, whole
+  EXPECT_EQ(taken(48), (std::vector<int32_t>{132, 133, 134}));           // [130, 135): 130 + min(2, 2)
+  EXPECT_EQ(taken(1), (std::vector<int32_t>{131}));                      // [130, 132): 130 + 1
+  EXPECT_EQ(taken(64), (std::vector<int32_t>{10, 12, 14, 130}));         // no run of 4: runs of one
+  EXPECT_EQ(cache.free_blocks(), 1);
+  EXPECT_EQ(taken(16), (std::vector<int32_t>{199}));
   EXPECT_EQ(cache.free_blocks(), 0);
 }
 
-// Sequences growing side by side a block at a time: each new stretch leaves 512 tokens' worth of
-// blocks free after the last block of the sequence before it, so each grows into its own run
-// (decode then reads it as one run per head); when no run has that room, blocks come from the
-// lowest run that holds them, then the lowest free blocks, until the pool is full.
-TEST(PagedKVCache, GrowingSequencesKeepRoomToGrow) {
+// Sequences growing side by side a block at a time: each new stretch halves the largest free run
+// after the last block of the sequence before it, so each grows into its own run (decode then
+// reads it as one run per head) until it meets the next one; every free block can be taken.
+TEST(PagedKVCache, GrowingSequencesSplitTheLargestRun) {
   using detail::PagedKVCacheAccess;
-  PagedKVCache cache({1, 16, 160, 16, DType::f32});  // room: 512 / 16 = 32 blocks
+  PagedKVCache cache({1, 16, 160, 16, DType::f32});
   History hist{1, 16, DType::f32, {}, {}};
   std::mt19937 rng(7);
   auto ascending = [](int32_t from, int32_t n) {
@@ -556,26 +564,24 @@ TEST(PagedKVCache, GrowingSequencesKeepRoomToGrow) {
     return r;
   };
   const int64_t a = cache.create_sequence(), b = cache.create_sequence();
-  for (int round = 0; round < 20; ++round) {  // a from 0, b from 1 + 32 (after a's room)
+  for (int round = 0; round < 20; ++round) {  // a from 0, b from 1 + 159 / 2
     append_random(cache, hist, rng, a, 16);
     append_random(cache, hist, rng, b, 16);
   }
   EXPECT_EQ(PagedKVCacheAccess::block_table(cache, a), ascending(0, 20));
-  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, b), ascending(33, 20));
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, b), ascending(80, 20));
   const int64_t c = cache.create_sequence();
-  append_random(cache, hist, rng, c, 16);  // [20, 33) has no room past a's 19: after b's 52, + 32
-  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, c), std::vector<int32_t>{85});
-  append_random(cache, hist, rng, a, 13 * 16);  // a fills its room up to b's 33…
-  append_random(cache, hist, rng, a, 16);       // …then a new stretch: [53, 85) is short, so after c's 85
-  std::vector<int32_t> expect_a = ascending(0, 33);
-  expect_a.push_back(118);
+  append_random(cache, hist, rng, c, 16);  // [20, 80) and [100, 160) tie: the lower, halfway
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, c), std::vector<int32_t>{50});
+  append_random(cache, hist, rng, a, 30 * 16);  // a fills its half up to c's 50…
+  append_random(cache, hist, rng, a, 16);       // …then the largest run, [100, 160), halfway
+  std::vector<int32_t> expect_a = ascending(0, 50);
+  expect_a.push_back(130);
   EXPECT_EQ(PagedKVCacheAccess::block_table(cache, a), expect_a);
-  // [119, 160) still has room past a's 118: d starts at 119 + 32.
   const int64_t d = cache.create_sequence();
-  append_random(cache, hist, rng, d, 16);
-  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, d), std::vector<int32_t>{151});
-  // Filling the pool: once no run has the room, blocks come from the lowest runs, and every one of
-  // them can be taken.
+  append_random(cache, hist, rng, d, 16);  // [100, 130) after b's 99: 100 + 15
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, d), std::vector<int32_t>{115});
+  // Filling the pool: every free block can be taken.
   while (cache.free_blocks() > 0) {
     append_random(cache, hist, rng, a, 16);
     if (cache.free_blocks() > 0) append_random(cache, hist, rng, b, 16);
@@ -584,15 +590,8 @@ TEST(PagedKVCache, GrowingSequencesKeepRoomToGrow) {
   for (int64_t s : {a, b, c, d})
     for (int32_t blk : PagedKVCacheAccess::block_table(cache, s)) ++held[static_cast<size_t>(blk)];
   EXPECT_EQ(std::count(held.begin(), held.end(), 1), 160);
-  // Truncated to its first block (33), b's last block is 33 again; released, c's 85 is no one's:
-  // [34, 86) and on is one free run with room past b's 33, so a new sequence starts at 34 + 32.
-  cache.release(c);
-  cache.truncate(b, 16);
-  const int64_t e = cache.create_sequence();
-  append_random(cache, hist, rng, e, 16);
-  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, e), std::vector<int32_t>{66});
   // A fork's last block is its own too: with the original released, a new stretch still leaves
-  // room after it.
+  // room after it; truncated, a sequence's last block is its new end.
   PagedKVCache fresh({1, 16, 160, 16, DType::f32});
   History hist2{1, 16, DType::f32, {}, {}};
   const int64_t x = fresh.create_sequence();
@@ -600,9 +599,83 @@ TEST(PagedKVCache, GrowingSequencesKeepRoomToGrow) {
   const int64_t y = fresh.fork(x);
   fresh.release(x);
   const int64_t z = fresh.create_sequence();
-  append_random(fresh, hist2, rng, z, 16);
+  append_random(fresh, hist2, rng, z, 3 * 16);
   EXPECT_EQ(PagedKVCacheAccess::block_table(fresh, y), std::vector<int32_t>{0});
-  EXPECT_EQ(PagedKVCacheAccess::block_table(fresh, z), std::vector<int32_t>{33});
+  EXPECT_EQ(PagedKVCacheAccess::block_table(fresh, z), ascending(80, 3));
+  fresh.truncate(z, 16);  // [1, 80) after y's 0 and [81, 160) after z's 80 tie: the lower, halfway
+  const int64_t w = fresh.create_sequence();
+  append_random(fresh, hist2, rng, w, 16);
+  EXPECT_EQ(PagedKVCacheAccess::block_table(fresh, w), std::vector<int32_t>{40});
+}
+
+// The largest free run over random free blocks (a 300-block pool: five bitmap words, the last one
+// partial; densities from isolated blocks to whole free words, runs across words), against a
+// brute-force search: a new sequence's first block is that run's start, or halfway along it after
+// a sequence's last block (every held block here ends a one-block sequence), the lowest run of
+// equal ones first.
+TEST(PagedKVCache, PlacementTakesTheLargestRunAnywhere) {
+  using detail::PagedKVCacheAccess;
+  constexpr int64_t kBlocks = 300;
+  std::mt19937 rng(9);
+  History hist{1, 16, DType::f32, {}, {}};
+  for (int trial = 0; trial < 120; ++trial) {
+    PagedKVCache cache({1, 16, kBlocks, 16, DType::f32});
+    std::vector<int64_t> owner(kBlocks, -1);
+    for (int64_t i = 0; i < kBlocks; ++i) {
+      const int64_t s = cache.create_sequence();
+      append_random(cache, hist, rng, s, 16);
+      owner[static_cast<size_t>(PagedKVCacheAccess::block_table(cache, s)[0])] = s;
+    }
+    ASSERT_EQ(cache.free_blocks(), 0) << trial;
+    const double density = std::array<double, 4>{0.05, 0.3, 0.7, 0.95}[trial % 4];
+    std::vector<bool> is_free(kBlocks, false);
+    for (int64_t b = 0; b < kBlocks; ++b) is_free[static_cast<size_t>(b)] = std::bernoulli_distribution(density)(rng);
+    if (trial % 3 == 0) {  // a long run somewhere, often across a word boundary
+      const int64_t from = std::uniform_int_distribution<int64_t>(0, kBlocks - 1)(rng);
+      const int64_t len = std::uniform_int_distribution<int64_t>(1, 140)(rng);
+      for (int64_t b = from; b < std::min(kBlocks, from + len); ++b) is_free[static_cast<size_t>(b)] = true;
+    }
+    if (std::count(is_free.begin(), is_free.end(), true) == 0) is_free[static_cast<size_t>(trial % kBlocks)] = true;
+    for (int64_t b = 0; b < kBlocks; ++b)
+      if (is_free[static_cast<size_t>(b)]) cache.release(owner[static_cast<size_t>(b)]);
+    int64_t a = -1, len = 0;  // brute force: the first of the longest runs
+    for (int64_t b = 0; b < kBlocks;) {
+      if (!is_free[static_cast<size_t>(b)]) {
+        ++b;
+        continue;
+      }
+      int64_t e = b;
+      while (e < kBlocks && is_free[static_cast<size_t>(e)]) ++e;
+      if (e - b > len) a = b, len = e - b;
+      b = e;
+    }
+    const int64_t n = 1 + trial % 8;
+    const int64_t expect = len <= n || a == 0 ? a : a + std::min(len / 2, len - n);
+    const int64_t s = cache.create_sequence();
+    append_random(cache, hist, rng, s, std::min(n, cache.free_blocks()) * 16);
+    EXPECT_EQ(PagedKVCacheAccess::block_table(cache, s)[0], expect)
+        << "trial " << trial << ": largest run [" << a << ", " << a + len << "), " << n << " blocks";
+  }
+}
+
+// A copy-on-write's copy comes first in the stretch the append takes, so the blocks after it follow
+// it: a fork that diverges from a partial shared block is read as one run from there.
+TEST(PagedKVCache, CopyOnWriteCopyLeadsItsStretch) {
+  using detail::PagedKVCacheAccess;
+  PagedKVCache cache({1, 16, 64, 16, DType::f32});
+  History hist{1, 16, DType::f32, {}, {}};
+  std::mt19937 rng(8);
+  const int64_t x = cache.create_sequence();
+  append_random(cache, hist, rng, x, 24);  // blocks 0, 1 (1 partial)
+  const int64_t y = cache.fork(x);
+  append_random(cache, hist, rng, y, 40);  // copy of 1, then 2 more: one stretch halfway along [2, 64)
+  const std::vector<int32_t> t = PagedKVCacheAccess::block_table(cache, y);
+  ASSERT_EQ(t.size(), 4u);
+  EXPECT_EQ(t[0], 0);
+  EXPECT_EQ(t[1], 2 + 31);
+  EXPECT_EQ(t[2], t[1] + 1);
+  EXPECT_EQ(t[3], t[1] + 2);
+  EXPECT_EQ(PagedKVCacheAccess::block_table(cache, x), (std::vector<int32_t>{0, 1}));
 }
 
 // A call reserves its workspace for its own cache's storage type, whatever cache the thread served
