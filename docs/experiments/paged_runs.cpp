@@ -65,11 +65,12 @@ void report(const char* name, PagedKVCache& cache, const std::vector<int64_t>& s
     }
   }
   std::sort(all.begin(), all.end());
-  std::printf("%-8s runs %4lld for %lld sequences, token-weighted mean run %6.0f tokens, median run %5lld, "
-              "interior runs < 512 tokens: %lld (shortest %lld)\n",
-              name, static_cast<long long>(runs), static_cast<long long>(seqs.size()),
-              static_cast<double>(weighted) / static_cast<double>(tokens), static_cast<long long>(all[all.size() / 2]),
-              static_cast<long long>(short_runs), static_cast<long long>(min_run == (1 << 30) ? 0 : min_run));
+  std::printf(
+      "%-8s runs %4lld for %lld sequences, token-weighted mean run %6.0f tokens, median run %5lld, "
+      "interior runs < 512 tokens: %lld (shortest %lld)\n",
+      name, static_cast<long long>(runs), static_cast<long long>(seqs.size()),
+      static_cast<double>(weighted) / static_cast<double>(tokens), static_cast<long long>(all[all.size() / 2]),
+      static_cast<long long>(short_runs), static_cast<long long>(min_run == (1 << 30) ? 0 : min_run));
 }
 
 void world(const Trace& t, int64_t bt, bool grown) {
