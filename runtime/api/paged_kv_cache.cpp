@@ -174,18 +174,19 @@ struct PagedKVCache::Impl {
     retail(s);
   }
   void grow_blocks(Seq& s, int64_t tokens) {
+    const int64_t more = blocks_for(s.length + tokens) - static_cast<int64_t>(s.blocks.size());
     if (s.length % bt() != 0) {
       int32_t& last = s.blocks.back();
       if (refs[static_cast<size_t>(last)] > 1) {  // copy-on-write of the shared partial block
         // (placed as the first of the blocks the sequence takes now, which follow it)
-        const int32_t copy = take_placed(1 + blocks_for(s.length + tokens) - static_cast<int64_t>(s.blocks.size()));
+        const int32_t copy = take_placed(1 + more);
         store.copy_page(last, copy, s.length % bt());
         --refs[static_cast<size_t>(last)];
         refs[static_cast<size_t>(copy)] = 1;
         last = copy;
       }
     }
-    take(s, blocks_for(s.length + tokens) - static_cast<int64_t>(s.blocks.size()));
+    take(s, more);
     s.held = static_cast<int64_t>(s.blocks.size());
   }
 
