@@ -542,6 +542,8 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("decode_i8_one_row_integer", tuning.i8_one_row_integer ? "1" : "0");
   benchmark::AddCustomContext("decode_hardware_stream", tuning.hardware_stream ? "1" : "0");
   benchmark::AddCustomContext("decode_adaptive_request_kind", tuning.adaptive_request_kind ? "1" : "0");
+  benchmark::AddCustomContext("bf16_gemv_rows", std::to_string(tuning.bf16_gemv_rows));
+  benchmark::AddCustomContext("bf16_gemv_l2_ahead_bytes", std::to_string(tuning.bf16_gemv_l2_ahead_bytes));
   if (!tuning.overrides.empty()) benchmark::AddCustomContext("decode_overrides", tuning.overrides);
   // What the cache/ and layer/ entries store and read, so collected results say it themselves.
   benchmark::AddCustomContext(
@@ -556,8 +558,9 @@ int main(int argc, char** argv) {
                               "AMX); layer/* use an f32 cache except layer/attend-bf16 (bf16 cache, fpmath=bf16)");
   benchmark::AddCustomContext("layer_weights",
                               "layer/attend, layer/onednn: f32; layer/attend-bf16w, layer/attend-bf16: bf16 weights "
-                              "(oneDNN bf16 matmul, f32 accumulation; 1-4 rows on attend's bf16 GEMV where the "
-                              "CPU has AVX512_BF16, unless ATTEND_BF16_GEMV=0; where oneDNN has no bf16 matmul, "
+                              "(oneDNN bf16 matmul, f32 accumulation; up to bf16_gemv_rows rows (4, 8 on Zen 5) on "
+                              "attend's bf16 GEMV where the CPU has AVX512_BF16, unless ATTEND_BF16_GEMV=0; where "
+                              "oneDNN has no bf16 matmul, "
                               "i.e. without AVX-512: bf16 values held in f32, same products)");
 
   register_sdpa_benchmarks();

@@ -603,12 +603,15 @@ A row whose keys are all masked returns zeros (torch returns NaN there).)");
         d["i8_one_row_integer"] = t.i8_one_row_integer;
         d["hardware_stream"] = t.hardware_stream;
         d["adaptive_request_kind"] = t.adaptive_request_kind;
+        d["bf16_gemv_rows"] = t.bf16_gemv_rows;
+        d["bf16_gemv_l2_ahead_bytes"] = t.bf16_gemv_l2_ahead_bytes;
         d["overrides"] = t.overrides;
         return d;
       },
       "The decode requests' rules in force: {'rules': 'zen5', 'rules_from_environment': False, "
       "'l2_ahead_bytes': 65536, 'l2_page_starts': True, 'i8_one_row_integer': False, 'hardware_stream': False, "
-      "'adaptive_request_kind': False, 'overrides': ''} "
+      "'adaptive_request_kind': False, 'bf16_gemv_rows': 8, 'bf16_gemv_l2_ahead_bytes': 0, "
+      "'overrides': ''} "
       "(attend-info's 'decode rules').");
   m.def(
       "bf16_math_native", [] { return attend::bf16_math_native(); },

@@ -143,14 +143,21 @@ int main(int argc, char** argv) {
                                 : tuning.i8_one_row_integer
                                     ? "vpdpwssd, 16-bit Q and weights (avx512_bf16), one row per kv head too"
                                     : "vpdpwssd, 16-bit Q and weights (avx512_bf16), 2+ rows per kv head (one: f32)";
-  // The layer's bf16-weight projections for 1-4 rows (decode): attend's GEMV on the avx512_bf16 tier
-  // (runtime/kernels/ukernel/bf16_gemv.hpp) unless ATTEND_BF16_GEMV=0, else oneDNN's matmul.
+  // The layer's bf16-weight projections of 1 to tuning.bf16_gemv_rows rows (decode): attend's GEMV
+  // on the avx512_bf16 tier (runtime/kernels/ukernel/bf16_gemv.hpp) unless ATTEND_BF16_GEMV=0, else
+  // oneDNN's matmul.
   const char* gemv_env = std::getenv("ATTEND_BF16_GEMV");
   const bool gemv_off = gemv_env && std::strcmp(gemv_env, "0") == 0;
-  const std::string bf16_decode = bf16_tier && !gemv_off
-                                      ? "attend gemv, vdpbf16ps, 1-4 rows (ATTEND_BF16_GEMV=0: oneDNN)"
-                                  : bf16_tier ? "oneDNN matmul (ATTEND_BF16_GEMV=0)"
-                                              : "oneDNN matmul";
+  const std::string bf16_decode =
+      bf16_tier && !gemv_off ? "attend gemv, vdpbf16ps, 1-" + std::to_string(tuning.bf16_gemv_rows) + " rows" +
+                                   (std::getenv("ATTEND_BF16_GEMV_ROWS") ? " (ATTEND_BF16_GEMV_ROWS)" : "") +
+                                   ", more on oneDNN; weights requested 4 KiB ahead into L1" +
+                                   (tuning.bf16_gemv_l2_ahead_bytes > 0
+                                        ? ", " + std::to_string(tuning.bf16_gemv_l2_ahead_bytes / 1024) + " KiB into L2"
+                                        : std::string()) +
+                                   " (ATTEND_BF16_GEMV=0: oneDNN)"
+      : bf16_tier ? "oneDNN matmul (ATTEND_BF16_GEMV=0)"
+                  : "oneDNN matmul";
   std::string decode_rules =
       tuning.rules + (tuning.rules_from_environment ? " (ATTEND_DECODE_TUNING)" : " (cpu class)");
   if (tuning.l2_ahead_bytes > 0)
@@ -200,7 +207,7 @@ int main(int argc, char** argv) {
         "\"bf16_decode_projections\":\"%s\","
         "\"decode_tuning\":\"%s\",\"decode_tuning_from_environment\":%s,\"decode_l2_ahead_bytes\":%lld,"
         "\"decode_l2_page_starts\":%s,\"decode_i8_one_row_integer\":%s,\"decode_hardware_stream\":%s,"
-        "\"decode_adaptive_request_kind\":%s,"
+        "\"decode_adaptive_request_kind\":%s,\"bf16_gemv_rows\":%lld,\"bf16_gemv_l2_ahead_bytes\":%lld,"
         "\"decode_overrides\":\"%s\","
         "\"numa_source\":\"%s\","
         "\"numa_nodes\":%s}\n",
@@ -211,7 +218,8 @@ int main(int argc, char** argv) {
         bf16_decode.c_str(), tuning.rules.c_str(), tuning.rules_from_environment ? "true" : "false",
         static_cast<long long>(tuning.l2_ahead_bytes), tuning.l2_page_starts ? "true" : "false",
         tuning.i8_one_row_integer ? "true" : "false", tuning.hardware_stream ? "true" : "false",
-        tuning.adaptive_request_kind ? "true" : "false", tuning.overrides.c_str(), numa_source.c_str(),
+        tuning.adaptive_request_kind ? "true" : "false", static_cast<long long>(tuning.bf16_gemv_rows),
+        static_cast<long long>(tuning.bf16_gemv_l2_ahead_bytes), tuning.overrides.c_str(), numa_source.c_str(),
         numa_json.c_str());
   } else {
     std::printf("attend %s\n", ATTEND_VERSION_STRING);

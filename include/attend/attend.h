@@ -91,8 +91,10 @@ ATTEND_C_API attend_status attend_cpu_class(attend_cpu_class_info* info);
  * hardware_stream 1 when decode over a cache's blocked K leaves K and V to the hardware prefetchers, its blocks scored
  * in address order (a Zen 4's rule; ATTEND_DECODE_HW_STREAM overrides); adaptive_request_kind 1 when decode calls
  * choose page starts or whole lines at run time from their own times (the model-167 AMX Xeon's rule;
- * ATTEND_DECODE_ADAPT overrides). ATTEND_ERROR_INVALID_ARGUMENT when an ATTEND_DECODE_* variable holds an invalid
- * value. */
+ * ATTEND_DECODE_ADAPT overrides); bf16_gemv_rows the most rows of a bf16-weight projection attend's bf16 GEMV takes
+ * (8 on Zen 5, 4 elsewhere; ATTEND_BF16_GEMV_ROWS overrides), bf16_gemv_l2_ahead_bytes how far ahead its 1–4 row
+ * kernel requests weights into L2 (0: none, Zen 5). ATTEND_ERROR_INVALID_ARGUMENT when an ATTEND_DECODE_*
+ * variable or ATTEND_BF16_GEMV_ROWS holds an invalid value. */
 typedef struct attend_decode_tuning_info {
   char rules[16];
   int rules_from_environment;
@@ -101,6 +103,8 @@ typedef struct attend_decode_tuning_info {
   int i8_one_row_integer;
   int hardware_stream;
   int adaptive_request_kind;
+  int64_t bf16_gemv_rows;
+  int64_t bf16_gemv_l2_ahead_bytes;
 } attend_decode_tuning_info;
 ATTEND_C_API attend_status attend_decode_tuning(attend_decode_tuning_info* info);
 /* BLOOM's / the ALiBi paper's slopes for `heads` heads, written to slopes[0 .. heads). */

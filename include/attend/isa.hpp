@@ -122,13 +122,25 @@ struct DecodeTuning {
   /// AMX Xeon's rule (its faster kind follows the memory's state); ATTEND_DECODE_ADAPT=0|1
   /// overrides. Either kind computes the same bits.
   bool adaptive_request_kind = false;
+  /// The layer's bf16-weight projections of up to this many rows (decode: one per sequence) run
+  /// attend's bf16 GEMV where it runs (the avx512_bf16 path, ATTEND_BF16_GEMV not 0), more run
+  /// oneDNN's matmul: 8 on a full-width AVX-512 CPU whose vdpbf16ps outruns its FMAs and that has no
+  /// AMX (Zen 5), 4 elsewhere (the AMX Xeons' oneDNN takes 5+ rows faster on AMX tiles);
+  /// ATTEND_BF16_GEMV_ROWS=4|8 overrides.
+  int64_t bf16_gemv_rows = 4;
+  /// How far ahead that GEMV's 1–4 row kernel requests its weights into L2 (it always requests
+  /// them 4 KiB ahead into L1): 24 KiB, or 0 (none) where bf16_gemv_rows is 8 by the class (Zen 5:
+  /// the hardware prefetcher keeps up there, and the requests cost 7–13%)
+  int64_t bf16_gemv_l2_ahead_bytes = 24576;
   /// Which overrides were set: "ATTEND_DECODE_L2_AHEAD", "ATTEND_DECODE_L2_PAGES",
-  /// "ATTEND_DECODE_HW_STREAM", "ATTEND_DECODE_ADAPT", joined by ", "; empty when none
+  /// "ATTEND_DECODE_HW_STREAM", "ATTEND_DECODE_ADAPT", "ATTEND_BF16_GEMV_ROWS", joined by ", "; empty
+  /// when none
   std::string overrides;
 };
 
 /// Read once. Throws attend::Error (invalid_argument) when an ATTEND_DECODE_* variable holds an
-/// invalid value, as every attention call then does.
+/// invalid value, as every attention call then does (or ATTEND_BF16_GEMV_ROWS does, as every bf16
+/// projection's construction then does).
 ATTEND_API DecodeTuning decode_tuning();
 
 /// The oneDNN library the layer's projections run on: its version ("2.6.3") and the ISA it

@@ -260,6 +260,8 @@ attend_status attend_decode_tuning(attend_decode_tuning_info* info) {
     out.i8_one_row_integer = t.i8_one_row_integer;
     out.hardware_stream = t.hardware_stream;
     out.adaptive_request_kind = t.adaptive_request_kind;
+    out.bf16_gemv_rows = t.bf16_gemv_rows;
+    out.bf16_gemv_l2_ahead_bytes = t.bf16_gemv_l2_ahead_bytes;
   });
 }
 attend_status attend_isa_name(attend_isa i, const char** name) {

@@ -245,6 +245,20 @@ const EnvSwitch& env_bf16_gemv() {
   return gemv;
 }
 
+// ATTEND_BF16_GEMV_ROWS=4|8: the most rows attend's GEMV takes, in place of the machine class's.
+struct EnvRows {
+  int64_t rows = 0;  // 0: the class's
+  std::string error;
+};
+const EnvRows& env_bf16_gemv_rows() {
+  static const EnvRows r = [] {
+    EnvRows e;
+    env_choice<int64_t>("ATTEND_BF16_GEMV_ROWS", {{"4", 4}, {"8", 8}}, e.rows, e.error);
+    return e;
+  }();
+  return r;
+}
+
 }  // namespace
 
 bool amx_bf16_math() {
@@ -404,6 +418,10 @@ DecodeTuning decode_tuning() {
   if (e.pages_set) t.overrides += std::string(t.overrides.empty() ? "" : ", ") + "ATTEND_DECODE_L2_PAGES";
   if (e.hw_stream_set) t.overrides += std::string(t.overrides.empty() ? "" : ", ") + "ATTEND_DECODE_HW_STREAM";
   if (e.adaptive_set) t.overrides += std::string(t.overrides.empty() ? "" : ", ") + "ATTEND_DECODE_ADAPT";
+  t.bf16_gemv_rows = detail::bf16_decode_gemv_rows();
+  t.bf16_gemv_l2_ahead_bytes = detail::bf16_decode_gemv_l2_requests() ? kernels::kBf16GemvL2Ahead : 0;
+  if (dispatch::env_bf16_gemv_rows().rows > 0)
+    t.overrides += std::string(t.overrides.empty() ? "" : ", ") + "ATTEND_BF16_GEMV_ROWS";
   return t;
 }
 
@@ -421,6 +439,29 @@ kernels::Bf16GemvFn bf16_decode_gemv() {
     throw Error(ErrorCode::invalid_argument, dispatch::env_bf16_gemv().error);
   if (!dispatch::env_bf16_gemv().allowed || dispatch::resolve(Isa::automatic) != Isa::avx512_bf16) return nullptr;
   return kernels::bf16_gemv_avx512_bf16();
+}
+
+namespace {
+// The CPUs whose rules for attend's bf16 GEMV were measured as Zen 5's (session 64): vdpbf16ps
+// outruns the FMAs on full-width AVX-512, and oneDNN has no AMX.
+bool zen5_gemv_rules() {
+  const dispatch::CpuFeatures& f = dispatch::cpu_features();
+  return f.bf16_dot_fast && !f.amx_bf16 && f.avx512_bits == 512;
+}
+}  // namespace
+
+int64_t bf16_decode_gemv_rows() {
+  const auto& env = dispatch::env_bf16_gemv_rows();
+  if (!env.error.empty()) throw Error(ErrorCode::invalid_argument, env.error);
+  if (env.rows > 0) return env.rows;
+  // 5–8 rows where measured faster than oneDNN's kernel for them (Zen 5). Elsewhere 4: the AMX
+  // Xeons' oneDNN takes 5+ rows on AMX tiles (faster, session 37); a Zen 4 has not been measured.
+  return zen5_gemv_rules() ? kernels::kBf16GemvMaxRows : 4;
+}
+
+bool bf16_decode_gemv_l2_requests() {
+  // Zen 5: 7–13% faster without (session 64); the AMX Xeon measured them (sessions 36–37).
+  return !zen5_gemv_rules();
 }
 
 }  // namespace attend::detail

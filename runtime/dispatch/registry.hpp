@@ -102,4 +102,15 @@ namespace attend::detail {
 /// calls it across a shared libattend_core's boundary.)
 ATTEND_INTERNAL kernels::Bf16GemvFn bf16_decode_gemv();
 
+/// The most rows of a projection that bf16_decode_gemv's kernel takes (more go to oneDNN's matmul):
+/// kernels::kBf16GemvMaxRows (8) on a full-width AVX-512 CPU whose vdpbf16ps outruns its FMAs and
+/// that has no AMX (Zen 5), 4 elsewhere; ATTEND_BF16_GEMV_ROWS=4|8 overrides it, and any other value
+/// throws attend::Error (invalid_argument) from the construction of every bf16 projection.
+ATTEND_INTERNAL int64_t bf16_decode_gemv_rows();
+
+/// Whether bf16_decode_gemv's 1–4 row kernel also requests its lines 24 KiB ahead into L2 (besides
+/// 4 KiB ahead into L1): not on the Zen 5 rules' CPUs (those of bf16_decode_gemv_rows' 8), where the
+/// hardware prefetcher keeps up and the requests cost 7–13%; everywhere else.
+ATTEND_INTERNAL bool bf16_decode_gemv_l2_requests();
+
 }  // namespace attend::detail

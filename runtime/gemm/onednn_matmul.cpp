@@ -137,11 +137,13 @@ struct Linear::Impl {
   // run() cuts the product into tiles sized by the shape alone and runs each on one thread.
   bool tiled = false;
   memory::desc packed_md;
-  // attend's bf16 decode GEMV (kernels::Bf16GemvWork) for up to kBf16GemvMaxRows rows, where the
-  // CPU has it and oneDNN packed the weights as BA16a64b2a; null: oneDNN's matmul for every m.
+  // attend's bf16 decode GEMV (kernels::Bf16GemvWork) for up to gemv_rows rows
+  // (detail::bf16_decode_gemv_rows), where the CPU has it and oneDNN packed the weights as
+  // BA16a64b2a; null: oneDNN's matmul for every m.
   kernels::Bf16GemvFn gemv = nullptr;
-  int64_t gemv_k_padded = 0;
-  bool own_gemv(int64_t m) const { return gemv && m <= kernels::kBf16GemvMaxRows; }
+  int64_t gemv_k_padded = 0, gemv_rows = 0;
+  bool gemv_l2 = true;  // detail::bf16_decode_gemv_l2_requests
+  bool own_gemv(int64_t m) const { return gemv && m <= gemv_rows; }
   HugePageBuffer weight_pages;  // weights' storage (huge_page_buffer), or null
   memory weights, bias;
   bool has_bias = false;
@@ -253,6 +255,7 @@ struct Linear::Impl {
     work.y = y;
     work.y_stride = out;
     work.y_bf16 = y_bf16;
+    work.l2_requests = gemv_l2;
     const int64_t blocks = (out + 63) / 64;
 #if defined(ATTEND_HAVE_OPENMP)
 #pragma omp parallel
@@ -395,6 +398,8 @@ Linear::Linear(const float* w, bool out_in, int64_t in, int64_t out, const float
       if (s.bf16_math() && !s.tiled && !force.onednn_decode && ba16a64b2a(s.packed_md)) {
         s.gemv = gemv;
         s.gemv_k_padded = s.packed_md.data.padded_dims[0];
+        s.gemv_rows = detail::bf16_decode_gemv_rows();
+        s.gemv_l2 = detail::bf16_decode_gemv_l2_requests();
       }
     }
     // Source weights as f32 [in, out] (X·W) or [out, in] (nn.Linear, i.e. strides {1, in}).

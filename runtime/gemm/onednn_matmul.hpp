@@ -48,8 +48,8 @@ class Linear {
   /// f32 weights read f32 x (16-bit x is widened first); bf16 weights read bf16 x as it is (f32 x is
   /// rounded, f16 x converted, first). y comes straight out of oneDNN when it is f32, or bf16 with
   /// bf16 weights; otherwise through an f32 copy rounded to y's type.
-  /// bf16 weights and up to kernels::kBf16GemvMaxRows rows (decode) run attend's bf16 GEMV instead
-  /// of oneDNN's matmul where the CPU has AVX512_BF16 (detail::bf16_decode_gemv): over the same packed
+  /// bf16 weights and up to detail::bf16_decode_gemv_rows() rows (decode) run attend's bf16 GEMV
+  /// instead of oneDNN's matmul where the CPU has AVX512_BF16 (detail::bf16_decode_gemv): over the same packed
   /// weights, each output summed in reduction order (the bits do not depend on `threads` either).
   void run(const void* x, ActType xt, void* y, ActType yt, int64_t m, int threads, float* scratch) const;
   void run(const float* x, float* y, int64_t m, int threads, float* scratch) const {

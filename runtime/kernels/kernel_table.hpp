@@ -223,12 +223,18 @@ struct Bf16GemvWork {
   void* y;                         // row r at y + r·y_stride elements: f32, or bf16 (rounded to nearest even)
   int64_t y_stride;
   bool y_bf16;
+  bool l2_requests = true;  // 1–4 rows also request each line 24 KiB ahead into L2 (the class's rule)
 };
 using Bf16GemvFn = void (*)(const Bf16GemvWork& work);
-/// Rows a Bf16GemvWork may have. Each row costs one vdpbf16ps per line of weights, which the AMX
-/// Xeon issues at ~0.45 per cycle: 5 rows already cost more than reading the line (session 37:
-/// 1-5 rows beat oneDNN's matmul, 6 and 8 lose to its AMX kernel), so past 4 oneDNN takes them.
-constexpr int64_t kBf16GemvMaxRows = 4;
+/// Rows a Bf16GemvWork may have. Each row costs one vdpbf16ps per line of weights: 1–4 rows in one
+/// pass over a column block (4R accumulators), 5–8 in two halves of each 4 KiB chunk (2R). The AMX
+/// Xeon issues vdpbf16ps at ~0.45 per cycle and oneDNN's AMX kernel beats it from 5 rows (session
+/// 37), so there the layer stops at 4 (detail::bf16_decode_gemv_rows); on Zen 5 oneDNN's 5+ rows
+/// run brg:avx512_core_bf16 on the same vdpbf16ps, which this kernel outpaces at 8 rows (session
+/// 64; a Zen 4 not measured: it stays at 4 there).
+constexpr int64_t kBf16GemvMaxRows = 8;
+/// How far ahead of its reads the GEMV requests lines into L2 where Bf16GemvWork::l2_requests says so.
+constexpr int64_t kBf16GemvL2Ahead = 24576;
 /// The avx512_bf16 object's GEMV (null where it is not compiled in).
 Bf16GemvFn bf16_gemv_avx512_bf16();
 

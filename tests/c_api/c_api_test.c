@@ -475,6 +475,10 @@ int main(void) {
       CHECK(tuning.hardware_stream == !strcmp(tuning.rules, "zen4"));
       /* The request kind chosen at run time: the model-167 AMX Xeon's rule only. */
       CHECK(tuning.adaptive_request_kind == !strcmp(tuning.rules, "amx_xeon_pages"));
+      /* attend's bf16 GEMV takes up to 4 or 8 rows. */
+      CHECK(tuning.bf16_gemv_rows == 4 || tuning.bf16_gemv_rows == 8);
+      /* Its L2 requests: 24 KiB ahead, or none (Zen 5's rule). */
+      CHECK(tuning.bf16_gemv_l2_ahead_bytes == 0 || tuning.bf16_gemv_l2_ahead_bytes == 24576);
     }
     FAILS(attend_decode_tuning(NULL), ATTEND_ERROR_INVALID_ARGUMENT, "attend_decode_tuning");
   }

@@ -244,6 +244,8 @@ if info is not None:
           and tuning["i8_one_row_integer"] == info["decode_i8_one_row_integer"]
           and tuning["hardware_stream"] == info["decode_hardware_stream"]
           and tuning["adaptive_request_kind"] == info["decode_adaptive_request_kind"]
+          and tuning["bf16_gemv_rows"] == info["bf16_gemv_rows"]
+          and tuning["bf16_gemv_l2_ahead_bytes"] == info["bf16_gemv_l2_ahead_bytes"]
           and tuning["rules_from_environment"] == info["decode_tuning_from_environment"], f"{tuning} {info}")
 check("bf16_math_amx implies native", not attend.bf16_math_amx() or attend.bf16_math_native(), "")
 

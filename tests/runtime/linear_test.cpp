@@ -1,7 +1,8 @@
 // The projections' GEMM wrapper (runtime/gemm): every path a CPU may take — oneDNN's own
 // (brgemm with AVX-512), fixed tiles (automatic where oneDNN would split the reduction across
 // threads), bf16 weights natively or held as widened bf16 values (automatic without a bf16 matmul),
-// attend's bf16 decode GEMV (automatic with AVX512_BF16 for up to 4 rows) or oneDNN's matmul in
+// attend's bf16 decode GEMV (automatic with AVX512_BF16 for up to 4 rows, 8 on Zen 5;
+// ATTEND_BF16_GEMV_ROWS=8 runs its 5–8 row kernel on any AVX512_BF16 CPU) or oneDNN's matmul in
 // its place — forced on whatever machine runs the suite, against a double-precision reference over awkward
 // shapes, 16-bit activations, both weight layouts, with and without bias, and bitwise identical for
 // 1, 2, 3 and 16 threads.
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/dispatch/cpu_features.hpp"
 #include "runtime/dispatch/registry.hpp"
 #include "runtime/gemm/onednn_matmul.hpp"
 #include "runtime/numeric/convert.hpp"
@@ -86,7 +88,10 @@ TEST(Linear, EveryPathMatchesTheReference) {
   std::normal_distribution<float> g(0.0f, 1.0f);
   for (const Shape s :
        {Shape{1, 64, 48}, Shape{7, 17, 33}, Shape{17, 96, 1000}, Shape{300, 40, 130}, Shape{513, 64, 272},
-        Shape{1, 1, 5}, Shape{2, 301, 70}, Shape{5, 160, 129}, Shape{4, 513, 200}, Shape{9, 64, 64}}) {
+        Shape{1, 1, 5}, Shape{2, 301, 70}, Shape{5, 160, 129}, Shape{4, 513, 200}, Shape{9, 64, 64},
+        // 5–8 rows (the GEMV's chunked kernel): x's odd last element alone in a chunk (in 33), at
+        // the end of a partial one (333), none (1024).
+        Shape{8, 33, 100}, Shape{6, 333, 130}, Shape{8, 1024, 200}, Shape{7, 17, 64}}) {
     std::vector<float> x(static_cast<size_t>(s.m * s.in)), w(static_cast<size_t>(s.in * s.out)),
         b(static_cast<size_t>(s.out));
     for (auto* v : {&x, &w, &b})
@@ -118,8 +123,8 @@ TEST(Linear, EveryPathMatchesTheReference) {
 TEST(Linear, BitsDoNotDependOnTheThreadCount) {
   std::mt19937 rng(6);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  for (const Shape s :
-       {Shape{1, 512, 1536}, Shape{3, 256, 384}, Shape{4, 130, 1000}, Shape{210, 256, 256}, Shape{600, 192, 200}}) {
+  for (const Shape s : {Shape{1, 512, 1536}, Shape{3, 256, 384}, Shape{4, 130, 1000}, Shape{8, 130, 1000},
+                        Shape{210, 256, 256}, Shape{600, 192, 200}}) {
     std::vector<float> x(static_cast<size_t>(s.m * s.in)), w(static_cast<size_t>(s.in * s.out));
     for (auto* v : {&x, &w})
       for (float& e : *v) e = g(rng);
@@ -177,15 +182,17 @@ TEST(Linear, SixteenBitActivations) {
   }
 }
 
-// bf16 weights take attend's GEMV for 1–4 rows exactly where dispatch offers it (AVX512_BF16, not
-// capped by ATTEND_ISA, not turned off by ATTEND_BF16_GEMV=0), never for more rows, f32 weights,
+// bf16 weights take attend's GEMV for 1 to detail::bf16_decode_gemv_rows() rows exactly where
+// dispatch offers it (AVX512_BF16, not capped by ATTEND_ISA, not turned off by ATTEND_BF16_GEMV=0;
+// 4 or 8 rows as the CPU class or ATTEND_BF16_GEMV_ROWS says), never for more rows, f32 weights,
 // fixed tiles or when forced onto oneDNN; and the two give the same values up to the accumulation
 // order (both sum bf16 products in f32).
 TEST(Linear, Bf16DecodeTakesAttendsGemvWhereTheCpuHasIt) {
   const int64_t in = 333, out = 200;
   std::mt19937 rng(8);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  std::vector<float> w(static_cast<size_t>(in * out)), b(static_cast<size_t>(out)), x(static_cast<size_t>(8 * in));
+  std::vector<float> w(static_cast<size_t>(in * out)), b(static_cast<size_t>(out)),
+      x(static_cast<size_t>((kernels::kBf16GemvMaxRows + 1) * in));
   for (auto* v : {&w, &b, &x})
     for (float& e : *v) e = g(rng);
   const bool offered = detail::bf16_decode_gemv() != nullptr;
@@ -193,9 +200,17 @@ TEST(Linear, Bf16DecodeTakesAttendsGemvWhereTheCpuHasIt) {
   const Linear onednn(w.data(), true, in, out, b.data(), WeightType::bf16, {false, false, true});
   const Linear f32(w.data(), true, in, out, b.data(), WeightType::f32);
   const Linear tiled(w.data(), true, in, out, b.data(), WeightType::bf16, {true, false});
+  const int64_t rows = detail::bf16_decode_gemv_rows();
+  EXPECT_TRUE(rows == 4 || rows == kernels::kBf16GemvMaxRows) << rows;
+  if (const char* env = std::getenv("ATTEND_BF16_GEMV_ROWS")) {
+    EXPECT_EQ(std::to_string(rows), env);
+  } else {  // the class's rule: 8 where vdpbf16ps outruns the FMAs at full width, without AMX
+    const dispatch::CpuFeatures& f = dispatch::cpu_features();
+    EXPECT_EQ(rows, f.bf16_dot_fast && !f.amx_bf16 && f.avx512_bits == 512 ? 8 : 4) << f.class_name;
+  }
   for (int64_t m = 1; m <= kernels::kBf16GemvMaxRows + 1; ++m) {
     SCOPED_TRACE("m " + std::to_string(m));
-    EXPECT_EQ(own_gemv(lin, m), offered && m <= kernels::kBf16GemvMaxRows) << lin.implementation(m);
+    EXPECT_EQ(own_gemv(lin, m), offered && m <= rows) << lin.implementation(m);
     EXPECT_FALSE(own_gemv(onednn, m) || own_gemv(f32, m) || own_gemv(tiled, m));
     Scratch s1, s2;
     std::vector<float> y1(static_cast<size_t>(m * out), -7.0f), y2(y1.size(), 7.0f);
@@ -217,6 +232,23 @@ TEST(Linear, InvalidBf16GemvSettingThrows) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
     EXPECT_NE(std::string(e.what()).find("ATTEND_BF16_GEMV"), std::string::npos) << e.what();
+  }
+}
+
+// ATTEND_BF16_GEMV_ROWS accepts 4 and 8 only: anything else fails the construction of bf16
+// projections (where the GEMV is offered) and the rule's query.
+TEST(Linear, InvalidBf16GemvRowsSettingThrows) {
+  const char* env = std::getenv("ATTEND_BF16_GEMV_ROWS");
+  if (!env || std::string(env) != "5") GTEST_SKIP() << "run by ctest with ATTEND_BF16_GEMV_ROWS=5";
+  EXPECT_THROW(detail::bf16_decode_gemv_rows(), Error);
+  if (detail::bf16_decode_gemv() == nullptr) GTEST_SKIP() << "no bf16 GEMV of attend's here: the query checked only";
+  std::vector<float> w(64 * 64, 0.5f);
+  try {
+    const Linear lin(w.data(), false, 64, 64, nullptr, WeightType::bf16);
+    ADD_FAILURE() << "accepted ATTEND_BF16_GEMV_ROWS=5";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("ATTEND_BF16_GEMV_ROWS"), std::string::npos) << e.what();
   }
 }
 

@@ -390,6 +390,8 @@ TEST(AttendInfo, HelpAndJson) {
     EXPECT_EQ(info.at("decode_i8_one_row_integer").get<bool>(), t.i8_one_row_integer);
     EXPECT_EQ(info.at("decode_hardware_stream").get<bool>(), t.hardware_stream);
     EXPECT_EQ(info.at("decode_adaptive_request_kind").get<bool>(), t.adaptive_request_kind);
+    EXPECT_EQ(info.at("bf16_gemv_rows").get<int64_t>(), t.bf16_gemv_rows);
+    EXPECT_EQ(info.at("bf16_gemv_l2_ahead_bytes").get<int64_t>(), t.bf16_gemv_l2_ahead_bytes);
     EXPECT_FALSE(info.at("decode_tuning_from_environment").get<bool>());
     rc = std::system(
         ("ATTEND_DECODE_TUNING=zen4 ATTEND_DECODE_L2_AHEAD=8192 " + std::string(ATTEND_INFO_PATH) + " --json >" + out)
