@@ -38,6 +38,13 @@ inline __m512bh broadcast_pair(uint32_t pair) {
   return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
 }
 
+// pairs[r] = (x_r[2p], x_r[2p + 1]) for R rows.
+template <int R>
+[[gnu::always_inline]] inline void row_pairs(const uint16_t* const* xr, int64_t p, uint32_t* pairs) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) std::memcpy(&pairs[r], xr[r] + 2 * p, 4);
+}
+
 // acc[r][0..63] = Σ_p (x_r[2p], x_r[2p+1]) · (pair p of the column block at `w`) for R rows: the
 // `full` whole pairs of x row r from xr[r], then, for an odd `in`, (x_r[in − 1], 0) from tail[r].
 // kL2: the L2 requests too (Bf16GemvWork::l2_requests).
@@ -67,8 +74,7 @@ inline void column_block(const char* w, const uint16_t* const* xr, const uint32_
 #pragma GCC unroll 4
       for (int l = 0; l < 4; ++l) _mm_prefetch(w + kL2Ahead + l * 64, _MM_HINT_T1);
     uint32_t pairs[R];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) std::memcpy(&pairs[r], xr[r] + 2 * p, 4);
+    row_pairs<R>(xr, p, pairs);
     step(w, pairs);
   }
   if (odd) step(w, tail);
@@ -121,8 +127,7 @@ inline void column_block_halves(const char* w, const uint16_t* const* xr, const 
 #pragma GCC unroll 4
           for (int l = 0; l < 4; ++l) _mm_prefetch(wp + kL1Ahead + l * 64, _MM_HINT_T0);
         uint32_t pairs[R];
-#pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) std::memcpy(&pairs[r], xr[r] + 2 * p, 4);
+        row_pairs<R>(xr, p, pairs);
         step(wp, pairs);
       }
       if (with_tail) step(wp, tail);
