@@ -395,10 +395,11 @@ Linear::Linear(const float* w, bool out_in, int64_t in, int64_t out, const float
     s.packed_md = s.tiled ? memory::desc({in, out}, s.src_type(), {s.ldw(), 1}) : pd->weights_desc();
     if (type == WeightType::bf16) {  // (a malformed ATTEND_BF16_GEMV fails every bf16 projection)
       const kernels::Bf16GemvFn gemv = detail::bf16_decode_gemv();
+      const int64_t gemv_rows = detail::bf16_decode_gemv_rows();  // (a malformed ATTEND_BF16_GEMV_ROWS too)
       if (s.bf16_math() && !s.tiled && !force.onednn_decode && ba16a64b2a(s.packed_md)) {
         s.gemv = gemv;
         s.gemv_k_padded = s.packed_md.data.padded_dims[0];
-        s.gemv_rows = detail::bf16_decode_gemv_rows();
+        s.gemv_rows = gemv_rows;
         s.gemv_l2 = detail::bf16_decode_gemv_l2_requests();
       }
     }

@@ -92,8 +92,8 @@ inline void column_block(const char* w, const uint16_t* const* xr, const uint32_
 // 64), where the hardware prefetcher alone keeps up. Every output is the same sum in the same
 // order as column_block's (one vdpbf16ps per pair, pairs in order). Zen 5, K 4096, 8 rows, 2
 // threads, evicted, alternated with oneDNN's brg:avx512_core_bf16 on the same weights
-// (docs/experiments/bf16_gemv_rows.cpp): N 6144 0.71–0.74 against 0.92–0.97 ms, N 4096 0.49
-// against 0.62; 5 and 6 rows a tie or 2–4% ahead.
+// (docs/experiments/bf16_gemv_rows.cpp, four runs): N 6144 0.71–0.78 against 0.92–1.02 ms, N 4096
+// 0.49–0.54 against 0.62–0.70; 5 and 6 rows a tie or 2–10% ahead.
 constexpr int64_t kHalfChunk = 16;
 template <int R>
 inline void column_block_halves(const char* w, const uint16_t* const* xr, const uint32_t* tail, int64_t full, bool odd,
