@@ -38,6 +38,13 @@ inline __m512bh broadcast_pair(uint32_t pair) {
   return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
 }
 
+// The four lines of the pair `ahead` bytes past wp, requested with hint H.
+template <int H>
+[[gnu::always_inline]] inline void request_pair(const char* wp, int64_t ahead) {
+#pragma GCC unroll 4
+  for (int l = 0; l < 4; ++l) _mm_prefetch(wp + ahead + l * 64, static_cast<_mm_hint>(H));
+}
+
 // pairs[r] = (x_r[2p], x_r[2p + 1]) for R rows.
 template <int R>
 [[gnu::always_inline]] inline void row_pairs(const uint16_t* const* xr, int64_t p, uint32_t* pairs) {
@@ -68,11 +75,8 @@ inline void column_block(const char* w, const uint16_t* const* xr, const uint32_
     }
   };
   for (int64_t p = 0; p < full; ++p, w += kPairBytes) {
-#pragma GCC unroll 4
-    for (int l = 0; l < 4; ++l) _mm_prefetch(w + kL1Ahead + l * 64, _MM_HINT_T0);
-    if constexpr (kL2)
-#pragma GCC unroll 4
-      for (int l = 0; l < 4; ++l) _mm_prefetch(w + kL2Ahead + l * 64, _MM_HINT_T1);
+    request_pair<_MM_HINT_T0>(w, kL1Ahead);
+    if constexpr (kL2) request_pair<_MM_HINT_T1>(w, kL2Ahead);
     uint32_t pairs[R];
     row_pairs<R>(xr, p, pairs);
     step(w, pairs);
@@ -123,9 +127,7 @@ inline void column_block_halves(const char* w, const uint16_t* const* xr, const 
       };
       const char* wp = w + p0 * kPairBytes + h * 128;
       for (int64_t p = p0; p < whole_end; ++p, wp += kPairBytes) {
-        if (h == 0)
-#pragma GCC unroll 4
-          for (int l = 0; l < 4; ++l) _mm_prefetch(wp + kL1Ahead + l * 64, _MM_HINT_T0);
+        if (h == 0) request_pair<_MM_HINT_T0>(wp, kL1Ahead);
         uint32_t pairs[R];
         row_pairs<R>(xr, p, pairs);
         step(wp, pairs);
