@@ -149,13 +149,15 @@ int main(int argc, char** argv) {
   const char* gemv_env = std::getenv("ATTEND_BF16_GEMV");
   const bool gemv_off = gemv_env && std::strcmp(gemv_env, "0") == 0;
   const std::string bf16_decode =
-      bf16_tier && !gemv_off ? "attend gemv, vdpbf16ps, 1-" + std::to_string(tuning.bf16_gemv_rows) + " rows" +
-                                   (std::getenv("ATTEND_BF16_GEMV_ROWS") ? " (ATTEND_BF16_GEMV_ROWS)" : "") +
-                                   ", more on oneDNN; weights requested 4 KiB ahead into L1" +
-                                   (tuning.bf16_gemv_l2_ahead_bytes > 0
-                                        ? ", " + std::to_string(tuning.bf16_gemv_l2_ahead_bytes / 1024) + " KiB into L2"
-                                        : std::string()) +
-                                   " (ATTEND_BF16_GEMV=0: oneDNN)"
+      bf16_tier && !gemv_off
+          ? "attend gemv, vdpbf16ps, 1-" + std::to_string(tuning.bf16_gemv_rows) + " rows" +
+                (tuning.overrides.find("ATTEND_BF16_GEMV_ROWS") != std::string::npos ? " (ATTEND_BF16_GEMV_ROWS)"
+                                                                                     : "") +
+                ", more on oneDNN; weights requested 4 KiB ahead into L1" +
+                (tuning.bf16_gemv_l2_ahead_bytes > 0
+                     ? ", " + std::to_string(tuning.bf16_gemv_l2_ahead_bytes / 1024) + " KiB into L2"
+                     : std::string()) +
+                " (ATTEND_BF16_GEMV=0: oneDNN)"
       : bf16_tier ? "oneDNN matmul (ATTEND_BF16_GEMV=0)"
                   : "oneDNN matmul";
   std::string decode_rules =
