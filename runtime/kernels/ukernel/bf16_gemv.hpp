@@ -38,11 +38,14 @@ inline __m512bh broadcast_pair(uint32_t pair) {
   return reinterpret_cast<__m512bh>(_mm512_set1_epi32(static_cast<int>(pair)));
 }
 
-// The four lines of the pair `ahead` bytes past wp, requested with hint H.
+// The four lines of the pair `ahead` bytes past wp, requested with hint H (_MM_HINT_T0 or
+// _MM_HINT_T1). __builtin_prefetch with _mm_prefetch's locality (H & 3): GCC's _mm_prefetch takes
+// an enum _mm_hint that clang (the fuzz build) does not have.
 template <int H>
 [[gnu::always_inline]] inline void request_pair(const char* wp, int64_t ahead) {
+  static_assert(H == _MM_HINT_T0 || H == _MM_HINT_T1);
 #pragma GCC unroll 4
-  for (int l = 0; l < 4; ++l) _mm_prefetch(wp + ahead + l * 64, static_cast<_mm_hint>(H));
+  for (int l = 0; l < 4; ++l) __builtin_prefetch(wp + ahead + l * 64, 0, H & 3);
 }
 
 // pairs[r] = (x_r[2p], x_r[2p + 1]) for R rows.
