@@ -541,6 +541,7 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("decode_l2_page_starts", tuning.l2_page_starts ? "1" : "0");
   benchmark::AddCustomContext("decode_i8_one_row_integer", tuning.i8_one_row_integer ? "1" : "0");
   benchmark::AddCustomContext("decode_hardware_stream", tuning.hardware_stream ? "1" : "0");
+  benchmark::AddCustomContext("decode_one_block_scores", tuning.one_block_scores ? "1" : "0");
   benchmark::AddCustomContext("decode_adaptive_request_kind", tuning.adaptive_request_kind ? "1" : "0");
   benchmark::AddCustomContext("bf16_gemv_rows", std::to_string(tuning.bf16_gemv_rows));
   benchmark::AddCustomContext("bf16_gemv_l2_ahead_bytes", std::to_string(tuning.bf16_gemv_l2_ahead_bytes));

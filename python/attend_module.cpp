@@ -605,13 +605,14 @@ A row whose keys are all masked returns zeros (torch returns NaN there).)");
         d["adaptive_request_kind"] = t.adaptive_request_kind;
         d["bf16_gemv_rows"] = t.bf16_gemv_rows;
         d["bf16_gemv_l2_ahead_bytes"] = t.bf16_gemv_l2_ahead_bytes;
+        d["one_block_scores"] = t.one_block_scores;
         d["overrides"] = t.overrides;
         return d;
       },
       "The decode requests' rules in force: {'rules': 'zen5', 'rules_from_environment': False, "
       "'l2_ahead_bytes': 65536, 'l2_page_starts': True, 'i8_one_row_integer': False, 'hardware_stream': False, "
       "'adaptive_request_kind': False, 'bf16_gemv_rows': 8, 'bf16_gemv_l2_ahead_bytes': 0, "
-      "'overrides': ''} "
+      "'one_block_scores': True, 'overrides': ''} "
       "(attend-info's 'decode rules').");
   m.def(
       "bf16_math_native", [] { return attend::bf16_math_native(); },

@@ -170,7 +170,10 @@ int main(int argc, char** argv) {
                     (tuning.l2_page_starts ? "one line per 4 KiB page (an 8-bit cache's every line)" : "every line");
   else
     decode_rules += ": no L2 requests";
-  if (tuning.hardware_stream) decode_rules += "; a cache's K/V to the hardware prefetchers, blocks in order";
+  if (tuning.hardware_stream)
+    decode_rules += "; a cache's K/V to the hardware prefetchers, blocks in order";
+  else if (tuning.one_block_scores)
+    decode_rules += "; a GQA group scores an f32 cache's K blocks one at a time";
   if (tuning.adaptive_request_kind && tuning.l2_ahead_bytes > 0)
     decode_rules += "; page starts or every line chosen at run time from the calls' times";
   if (!tuning.overrides.empty()) decode_rules += " (set by " + tuning.overrides + ")";
@@ -210,7 +213,7 @@ int main(int argc, char** argv) {
         "\"decode_tuning\":\"%s\",\"decode_tuning_from_environment\":%s,\"decode_l2_ahead_bytes\":%lld,"
         "\"decode_l2_page_starts\":%s,\"decode_i8_one_row_integer\":%s,\"decode_hardware_stream\":%s,"
         "\"decode_adaptive_request_kind\":%s,\"bf16_gemv_rows\":%lld,\"bf16_gemv_l2_ahead_bytes\":%lld,"
-        "\"decode_overrides\":\"%s\","
+        "\"decode_one_block_scores\":%s,\"decode_overrides\":\"%s\","
         "\"numa_source\":\"%s\","
         "\"numa_nodes\":%s}\n",
         ATTEND_VERSION_STRING, escape(model).c_str(), escape(cls.name).c_str(), escape(cls.vendor).c_str(), cls.family,
@@ -221,8 +224,8 @@ int main(int argc, char** argv) {
         static_cast<long long>(tuning.l2_ahead_bytes), tuning.l2_page_starts ? "true" : "false",
         tuning.i8_one_row_integer ? "true" : "false", tuning.hardware_stream ? "true" : "false",
         tuning.adaptive_request_kind ? "true" : "false", static_cast<long long>(tuning.bf16_gemv_rows),
-        static_cast<long long>(tuning.bf16_gemv_l2_ahead_bytes), tuning.overrides.c_str(), numa_source.c_str(),
-        numa_json.c_str());
+        static_cast<long long>(tuning.bf16_gemv_l2_ahead_bytes), tuning.one_block_scores ? "true" : "false",
+        tuning.overrides.c_str(), numa_source.c_str(), numa_json.c_str());
   } else {
     std::printf("attend %s\n", ATTEND_VERSION_STRING);
     std::printf("cpu            %s\n", model.c_str());

@@ -93,7 +93,9 @@ ATTEND_C_API attend_status attend_cpu_class(attend_cpu_class_info* info);
  * choose page starts or whole lines at run time from their own times (the model-167 AMX Xeon's rule;
  * ATTEND_DECODE_ADAPT overrides); bf16_gemv_rows the most rows of a bf16-weight projection attend's bf16 GEMV takes
  * (8 on Zen 5, 4 elsewhere; ATTEND_BF16_GEMV_ROWS overrides), bf16_gemv_l2_ahead_bytes how far ahead its 1–4 row
- * kernel requests weights into L2 (0: none, Zen 5). ATTEND_ERROR_INVALID_ARGUMENT when an ATTEND_DECODE_*
+ * kernel requests weights into L2 (0: none, Zen 5); one_block_scores 1 when decode of a GQA group over a cache's
+ * blocked f32 K scores its blocks one at a time in address order (a Zen 5's rule; ATTEND_DECODE_ONE_BLOCK
+ * overrides). ATTEND_ERROR_INVALID_ARGUMENT when an ATTEND_DECODE_*
  * variable or ATTEND_BF16_GEMV_ROWS holds an invalid value. */
 typedef struct attend_decode_tuning_info {
   char rules[16];
@@ -105,6 +107,7 @@ typedef struct attend_decode_tuning_info {
   int adaptive_request_kind;
   int64_t bf16_gemv_rows;
   int64_t bf16_gemv_l2_ahead_bytes;
+  int one_block_scores;
 } attend_decode_tuning_info;
 ATTEND_C_API attend_status attend_decode_tuning(attend_decode_tuning_info* info);
 /* BLOOM's / the ALiBi paper's slopes for `heads` heads, written to slopes[0 .. heads). */

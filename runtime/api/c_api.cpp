@@ -262,6 +262,7 @@ attend_status attend_decode_tuning(attend_decode_tuning_info* info) {
     out.adaptive_request_kind = t.adaptive_request_kind;
     out.bf16_gemv_rows = t.bf16_gemv_rows;
     out.bf16_gemv_l2_ahead_bytes = t.bf16_gemv_l2_ahead_bytes;
+    out.one_block_scores = t.one_block_scores;
   });
 }
 attend_status attend_isa_name(attend_isa i, const char** name) {

@@ -147,9 +147,25 @@ const EnvCap& env_cap() {
 // requests an 8-bit cache's lines 64 KiB ahead for GQA groups and one row; an f32 cache's one row
 // over a blocked K loses with them here too (D4 82.5 → 78–80%), and keeps none.
 //
+// A Zen 5 (session 65) scores a GQA group against an f32 cache's blocked K one block at a time in
+// address order, with its requests (decode_one_block_scores), where the other classes walk two
+// blocks at once (a line of each per depth step; each query broadcast feeds two blocks' FMAs). In a
+// fast memory state (a read of D2's f32 bytes at 75–87 GB/s) a loop with the scores' arithmetic
+// per line read 81–88% of its own plain read walking two 8 KiB blocks at once and 93–99% walking
+// one stream (docs/experiments/fma_ladder.cpp, "pairs" against "R = 4"). Alternated attend-bench
+// processes, 4 rounds, share of a read (medians): the f32 cache's D2 87.7 → 90.8% and 87.6 →
+// 90.9 (every round higher), D3 94.3 → 101.5 and 98.1 → 100.4; the paged cache's D2 84.8 → 87.6
+// and 85.3 → 89.1, D3 93.2 → 98.3 and 95.3 → 98.1; the layer's f32 decode L3 87.9 → 90.0, L4
+// 70.8 → 75.6; one row (D1/D4) untouched. The serving decode step (5 rounds): the slot cache 7.42 →
+// 7.04 ms, the paged one 7.54 → 7.51, so the paged/slot bandwidth ratio (slots_paired) 0.963 →
+// 0.953 (64-token blocks 0.959 → 0.947, 256: 0.965 → 0.964). One block at a time computes slower
+// from L2 (one thread, 2 kv heads × 256 keys: 8.6 → 9.1 µs) and the bf16 cache's GQA shapes lost
+// 20–25 points with it (its pairs kernel: D2 75.7 → 55.2%): f32 only.
+//
 // ATTEND_DECODE_TUNING=zen4|zen5|amx_xeon|amx_xeon_pages|none applies one class's rules on any
 // machine (tests run each everywhere; prefetch and order only: the same results); unset: this
-// machine's class. ATTEND_DECODE_HW_STREAM=0|1 overrides the class's choice of decode_hardware_stream.
+// machine's class. ATTEND_DECODE_HW_STREAM=0|1 overrides the class's choice of decode_hardware_stream,
+// ATTEND_DECODE_ONE_BLOCK=0|1 its choice of decode_one_block_scores.
 enum class Tuning { none, zen4, zen5, amx_xeon, amx_xeon_pages };
 
 struct EnvDecode {
@@ -157,8 +173,9 @@ struct EnvDecode {
   int64_t bytes = 0;
   bool pages = false;
   bool hw_stream = false;
+  bool one_block = false;
   bool adaptive = false;
-  bool tuning_set = false, bytes_set = false, pages_set = false, hw_stream_set = false,
+  bool tuning_set = false, bytes_set = false, pages_set = false, hw_stream_set = false, one_block_set = false,
        adaptive_set = false;  // by the environment
   std::string error;
 };
@@ -190,6 +207,8 @@ const EnvDecode& env_decode() {
     env_choice<bool>("ATTEND_DECODE_L2_PAGES", {{"0", false}, {"1", true}}, e.pages, e.error);
     e.hw_stream = e.tuning == Tuning::zen4;
     env_choice<bool>("ATTEND_DECODE_HW_STREAM", {{"0", false}, {"1", true}}, e.hw_stream, e.error);
+    e.one_block = e.tuning == Tuning::zen5;
+    env_choice<bool>("ATTEND_DECODE_ONE_BLOCK", {{"0", false}, {"1", true}}, e.one_block, e.error);
     const auto set = [](const char* name) {
       const char* v = std::getenv(name);
       return v && *v;
@@ -204,6 +223,7 @@ const EnvDecode& env_decode() {
     e.adaptive_set = set("ATTEND_DECODE_ADAPT");
     e.bytes_set = set("ATTEND_DECODE_L2_AHEAD");
     e.hw_stream_set = set("ATTEND_DECODE_HW_STREAM");
+    e.one_block_set = set("ATTEND_DECODE_ONE_BLOCK");
     const char* env = std::getenv("ATTEND_DECODE_L2_AHEAD");
     if (!env || !*env || !e.error.empty()) return e;
     const std::string v = env;
@@ -321,6 +341,10 @@ bool decode_hardware_stream(kernels::KvType type, bool k_blocked) {
   return k_blocked && type != kernels::KvType::i8 && env_decode().error.empty() && env_decode().hw_stream;
 }
 
+bool decode_one_block_scores(kernels::KvType type, bool gqa, bool k_blocked) {
+  return k_blocked && gqa && type == kernels::KvType::f32 && env_decode().error.empty() && env_decode().one_block;
+}
+
 Isa resolve(Isa requested) {
   if (requested != Isa::automatic) {
     if (!compiled_table(requested))
@@ -413,10 +437,12 @@ DecodeTuning decode_tuning() {
   t.l2_page_starts = e.pages;
   t.i8_one_row_integer = dispatch::decode_i8_one_row_integer();
   t.hardware_stream = e.hw_stream;
+  t.one_block_scores = e.one_block;
   t.adaptive_request_kind = e.adaptive;
   if (e.bytes_set) t.overrides = "ATTEND_DECODE_L2_AHEAD";
   if (e.pages_set) t.overrides += std::string(t.overrides.empty() ? "" : ", ") + "ATTEND_DECODE_L2_PAGES";
   if (e.hw_stream_set) t.overrides += std::string(t.overrides.empty() ? "" : ", ") + "ATTEND_DECODE_HW_STREAM";
+  if (e.one_block_set) t.overrides += std::string(t.overrides.empty() ? "" : ", ") + "ATTEND_DECODE_ONE_BLOCK";
   if (e.adaptive_set) t.overrides += std::string(t.overrides.empty() ? "" : ", ") + "ATTEND_DECODE_ADAPT";
   t.bf16_gemv_rows = detail::bf16_decode_gemv_rows();
   t.bf16_gemv_l2_ahead_bytes = detail::bf16_decode_gemv_l2_requests() ? kernels::kBf16GemvL2Ahead : 0;

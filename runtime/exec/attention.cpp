@@ -353,6 +353,7 @@ void run_attention(const Problem& pr, const kernels::KernelTable& table, const d
     w.no_k_l1_requests =
         p.row_blocks == 1 && (w.hardware_stream || !dispatch::decode_k_l1_requests(pr.kv_type, gqa, pr.k_blocked));
     w.i8_one_row_integer = p.row_blocks == 1 && dispatch::decode_i8_one_row_integer();
+    w.one_block_scores = p.row_blocks == 1 && dispatch::decode_one_block_scores(pr.kv_type, gqa, pr.k_blocked);
     w.scale = pr.scale;
     w.softcap = pr.softcap;
     w.alibi = pr.alibi ? pr.alibi + h0 : nullptr;

@@ -162,7 +162,8 @@ void narrow_scores_phase(const FlashWork& w, const NarrowRows& R, const NarrowHe
 #endif
   if (w.k_blocked) {
     blocked_scores_dispatch<Arch, E>(R.row_pack, blk, (nk + kKeyBlock - 1) / kKeyBlock, known, depth, h.qn, h.s, ldsn,
-                                     R.packs, l2_key_blocks<E>(w), !w.no_k_l1_requests, w.l2_pages, w.hardware_stream);
+                                     R.packs, l2_key_blocks<E>(w), !w.no_k_l1_requests, w.l2_pages,
+                                     w.hardware_stream || w.one_block_scores);
     if constexpr (KvSource<E>::kScaled) scale_by_keys<Arch>(h.s, ldsn, R.nr, src, src.k_scale, j0, nk);
     return;
   }

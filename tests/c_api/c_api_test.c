@@ -454,7 +454,7 @@ int main(void) {
     attend_decode_tuning_info tuning;
     memset(&tuning, 0x7f, sizeof tuning);
     if (getenv("ATTEND_DECODE_L2_AHEAD") || getenv("ATTEND_DECODE_L2_PAGES") || getenv("ATTEND_DECODE_TUNING") ||
-        getenv("ATTEND_DECODE_HW_STREAM") || getenv("ATTEND_DECODE_ADAPT")) {
+        getenv("ATTEND_DECODE_HW_STREAM") || getenv("ATTEND_DECODE_ONE_BLOCK") || getenv("ATTEND_DECODE_ADAPT")) {
       /* (ctest runs the C API test without them) */
     } else {
       OK(attend_decode_tuning(&tuning));
@@ -479,6 +479,8 @@ int main(void) {
       CHECK(tuning.bf16_gemv_rows == 4 || tuning.bf16_gemv_rows == 8);
       /* Its L2 requests: 24 KiB ahead, or none (Zen 5's rule). */
       CHECK(tuning.bf16_gemv_l2_ahead_bytes == 0 || tuning.bf16_gemv_l2_ahead_bytes == 24576);
+      /* A GQA group's scores over an f32 cache one K block at a time: a Zen 5's rule only. */
+      CHECK(tuning.one_block_scores == !strcmp(tuning.rules, "zen5"));
     }
     FAILS(attend_decode_tuning(NULL), ATTEND_ERROR_INVALID_ARGUMENT, "attend_decode_tuning");
   }

@@ -246,6 +246,7 @@ if info is not None:
           and tuning["adaptive_request_kind"] == info["decode_adaptive_request_kind"]
           and tuning["bf16_gemv_rows"] == info["bf16_gemv_rows"]
           and tuning["bf16_gemv_l2_ahead_bytes"] == info["bf16_gemv_l2_ahead_bytes"]
+          and tuning["one_block_scores"] == info["decode_one_block_scores"]
           and tuning["rules_from_environment"] == info["decode_tuning_from_environment"], f"{tuning} {info}")
 check("bf16_math_amx implies native", not attend.bf16_math_amx() or attend.bf16_math_native(), "")
 

@@ -131,6 +131,7 @@ TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
   if (std::getenv("ATTEND_DECODE_L2_AHEAD")) GTEST_SKIP() << "ATTEND_DECODE_L2_AHEAD overrides the distance";
   if (std::getenv("ATTEND_DECODE_L2_PAGES")) GTEST_SKIP() << "ATTEND_DECODE_L2_PAGES overrides the request kind";
   if (std::getenv("ATTEND_DECODE_HW_STREAM")) GTEST_SKIP() << "ATTEND_DECODE_HW_STREAM overrides the cache's streams";
+  if (std::getenv("ATTEND_DECODE_ONE_BLOCK")) GTEST_SKIP() << "ATTEND_DECODE_ONE_BLOCK overrides the scores' order";
   std::string tuning;
   if (const char* env = std::getenv("ATTEND_DECODE_TUNING"))
     tuning = env;
@@ -175,6 +176,16 @@ TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
     EXPECT_FALSE(dispatch::decode_hardware_stream(t, false));
   }
   EXPECT_FALSE(dispatch::decode_hardware_stream(kernels::KvType::i8, true));  // its requests stay
+  // A GQA group's scores over a blocked f32 K one block at a time, with their requests: a Zen 5's
+  // rule; not one row, a row-major K, nor the other storage types.
+  EXPECT_EQ(told.one_block_scores, tuning == "zen5");
+  for (bool gqa : {false, true})
+    for (bool blocked : {false, true}) {
+      EXPECT_EQ(dispatch::decode_one_block_scores(kernels::KvType::f32, gqa, blocked),
+                gqa && blocked && tuning == "zen5");
+      for (kernels::KvType t : {kernels::KvType::bf16, kernels::KvType::f16, kernels::KvType::i8})
+        EXPECT_FALSE(dispatch::decode_one_block_scores(t, gqa, blocked));
+    }
   using kernels::KvType;
   if (pages) {
     for (bool blocked : {false, true}) {
@@ -342,7 +353,8 @@ TEST(RequestKindChooser, DecodeBitsDoNotDependOnTheKind) {
 }
 
 // ATTEND_DECODE_L2_AHEAD (decode's L2 request distance) must be a byte count,
-// ATTEND_DECODE_L2_PAGES and ATTEND_DECODE_HW_STREAM 0 or 1 and ATTEND_DECODE_TUNING a class name:
+// ATTEND_DECODE_L2_PAGES, ATTEND_DECODE_HW_STREAM and ATTEND_DECODE_ONE_BLOCK 0 or 1 and
+// ATTEND_DECODE_TUNING a class name:
 // anything else makes every
 // call throw before it changes anything (a typo must not silently keep the default).
 TEST(Dispatch, InvalidDecodeSettingThrowsAndChangesNothing) {
@@ -355,11 +367,14 @@ TEST(Dispatch, InvalidDecodeSettingThrowsAndChangesNothing) {
     name = "ATTEND_DECODE_L2_PAGES";
   else if (const char* env = std::getenv("ATTEND_DECODE_HW_STREAM"); env && std::string(env) == "on")
     name = "ATTEND_DECODE_HW_STREAM";
+  else if (const char* env = std::getenv("ATTEND_DECODE_ONE_BLOCK"); env && std::string(env) == "on")
+    name = "ATTEND_DECODE_ONE_BLOCK";
   else if (const char* env = std::getenv("ATTEND_DECODE_ADAPT"); env && std::string(env) == "auto")
     name = "ATTEND_DECODE_ADAPT";
   else
     GTEST_SKIP() << "run by ctest with ATTEND_DECODE_L2_AHEAD=24kb, ATTEND_DECODE_L2_PAGES=yes, "
-                    "ATTEND_DECODE_HW_STREAM=on, ATTEND_DECODE_ADAPT=auto or ATTEND_DECODE_TUNING=zen9";
+                    "ATTEND_DECODE_HW_STREAM=on, ATTEND_DECODE_ONE_BLOCK=on, ATTEND_DECODE_ADAPT=auto or "
+                    "ATTEND_DECODE_TUNING=zen9";
   const int64_t D = 16;
   std::vector<float> q(4 * D, 0.5f), k(D, 0.25f), v(D, 1.0f), o(4 * D, 7.0f);
   KVCache cache({/*kv_heads*/ 1, D, /*slots*/ 1, /*capacity*/ 8});

@@ -382,7 +382,7 @@ TEST(AttendInfo, HelpAndJson) {
   // The decode requests' rules, as the library applies them.
   if (!std::getenv("ATTEND_DECODE_TUNING") && !std::getenv("ATTEND_DECODE_L2_AHEAD") &&
       !std::getenv("ATTEND_DECODE_L2_PAGES") && !std::getenv("ATTEND_DECODE_HW_STREAM") &&
-      !std::getenv("ATTEND_DECODE_ADAPT")) {
+      !std::getenv("ATTEND_DECODE_ONE_BLOCK") && !std::getenv("ATTEND_DECODE_ADAPT")) {
     const DecodeTuning t = decode_tuning();
     EXPECT_EQ(info.at("decode_tuning").get<std::string>(), t.rules);
     EXPECT_EQ(info.at("decode_l2_ahead_bytes").get<int64_t>(), t.l2_ahead_bytes);
@@ -392,6 +392,7 @@ TEST(AttendInfo, HelpAndJson) {
     EXPECT_EQ(info.at("decode_adaptive_request_kind").get<bool>(), t.adaptive_request_kind);
     EXPECT_EQ(info.at("bf16_gemv_rows").get<int64_t>(), t.bf16_gemv_rows);
     EXPECT_EQ(info.at("bf16_gemv_l2_ahead_bytes").get<int64_t>(), t.bf16_gemv_l2_ahead_bytes);
+    EXPECT_EQ(info.at("decode_one_block_scores").get<bool>(), t.one_block_scores);
     EXPECT_FALSE(info.at("decode_tuning_from_environment").get<bool>());
     rc = std::system(
         ("ATTEND_DECODE_TUNING=zen4 ATTEND_DECODE_L2_AHEAD=8192 " + std::string(ATTEND_INFO_PATH) + " --json >" + out)
@@ -405,7 +406,16 @@ TEST(AttendInfo, HelpAndJson) {
     EXPECT_FALSE(set.at("decode_i8_one_row_integer").get<bool>());     // not a Zen 4's rule
     EXPECT_TRUE(set.at("decode_hardware_stream").get<bool>());         // a Zen 4's rule
     EXPECT_FALSE(set.at("decode_adaptive_request_kind").get<bool>());  // named rules are fixed
+    EXPECT_FALSE(set.at("decode_one_block_scores").get<bool>());       // a Zen 5's rule
     EXPECT_EQ(set.at("decode_overrides").get<std::string>(), "ATTEND_DECODE_L2_AHEAD");
+    // The scores' order forced on any rules, and said so.
+    rc = std::system(
+        ("ATTEND_DECODE_TUNING=zen4 ATTEND_DECODE_ONE_BLOCK=1 " + std::string(ATTEND_INFO_PATH) + " --json >" + out)
+            .c_str());
+    EXPECT_EQ(WEXITSTATUS(rc), 0);
+    const nlohmann::json one = nlohmann::json::parse(std::ifstream(out));
+    EXPECT_TRUE(one.at("decode_one_block_scores").get<bool>());
+    EXPECT_EQ(one.at("decode_overrides").get<std::string>(), "ATTEND_DECODE_ONE_BLOCK");
     // A value no attention call would accept: attend-info says so and fails.
     rc = std::system(("ATTEND_DECODE_L2_PAGES=yes " + std::string(ATTEND_INFO_PATH) + " >/dev/null 2>" + out).c_str());
     EXPECT_NE(WEXITSTATUS(rc), 0);

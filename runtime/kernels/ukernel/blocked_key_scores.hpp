@@ -226,9 +226,11 @@ constexpr int kMaxL2AheadBlocks = 16;
 // l2_blocks > 0: the first pack also requests, into L2, the group l2_blocks blocks on (when known).
 // l1_requests false: the next group is left to the hardware prefetchers (FlashWork::no_k_l1_requests).
 // l2_pages: the L2 requests are page starts only (FlashWork::l2_pages).
-// in_order (FlashWork::hardware_stream): the groups' blocks one at a time, in address order, each
-// with its group's depth steps (the same bits as in groups), and no requests (the executor sets
-// none with it: l1_requests false, l2_blocks 0).
+// in_order (FlashWork::hardware_stream, FlashWork::one_block_scores): the groups' blocks one at a
+// time, in address order, each with its group's depth steps (the same bits as in groups): one K
+// stream instead of G blocks read a line of each at a time. With the requests the calls make (none
+// under hardware_stream: the executor sets l1_requests false and l2_blocks 0 with it): the next
+// block into L1, the block l2_blocks on into L2.
 template <class Arch, int NR, class E>
 void blocked_scores_run(const E* const* blk, int64_t blocks, int64_t known, int64_t depth, const float* q, float* s,
                         int64_t lds, int packs, int64_t l2_blocks, bool l1_requests, bool l2_pages,
@@ -252,8 +254,11 @@ void blocked_scores_run(const E* const* blk, int64_t blocks, int64_t known, int6
     for (; b + G <= blocks; b += G)
       for (int64_t i = b; i < b + G; ++i)
         for (int p = 0; p < packs; ++p)
-          blocked_scores<Arch, NR, 1, E, G>(blk + i, depth, q + p * NR * depth, s + p * NR * lds + i * kKeyBlock, lds,
-                                            nullptr, nullptr, false, pack_pairs(p));
+          blocked_scores<Arch, NR, 1, E, G>(
+              blk + i, depth, q + p * NR * depth, s + p * NR * lds + i * kKeyBlock, lds,
+              p == 0 && l1_requests && i + 1 < known ? blk + i + 1 : nullptr,
+              p == 0 && l2_blocks > 0 && i + l2_blocks < known ? blk + i + l2_blocks : nullptr, l2_pages,
+              pack_pairs(p));
   }
   for (; b + G <= blocks; b += G)  // (a partial last group ahead is left to the hardware)
     for (int p = 0; p < packs; ++p)
