@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
   if (tuning.hardware_stream)
     decode_rules += "; a cache's K/V to the hardware prefetchers, blocks in order";
   else if (tuning.one_block_scores)
-    decode_rules += "; a GQA group scores an f32 cache's K blocks one at a time";
+    decode_rules += "; a GQA group scores an f32 or 8-bit cache's K blocks one at a time";
   if (tuning.adaptive_request_kind && tuning.l2_ahead_bytes > 0)
     decode_rules += "; page starts or every line chosen at run time from the calls' times";
   if (!tuning.overrides.empty()) decode_rules += " (set by " + tuning.overrides + ")";

@@ -94,7 +94,7 @@ ATTEND_C_API attend_status attend_cpu_class(attend_cpu_class_info* info);
  * ATTEND_DECODE_ADAPT overrides); bf16_gemv_rows the most rows of a bf16-weight projection attend's bf16 GEMV takes
  * (8 on Zen 5, 4 elsewhere; ATTEND_BF16_GEMV_ROWS overrides), bf16_gemv_l2_ahead_bytes how far ahead its 1–4 row
  * kernel requests weights into L2 (0: none, Zen 5); one_block_scores 1 when decode of a GQA group over a cache's
- * blocked f32 K scores its blocks one at a time in address order (a Zen 5's rule; ATTEND_DECODE_ONE_BLOCK
+ * f32 or 8-bit K scores its blocks one at a time in address order (a Zen 5's rule; ATTEND_DECODE_ONE_BLOCK
  * overrides). ATTEND_ERROR_INVALID_ARGUMENT when an ATTEND_DECODE_*
  * variable or ATTEND_BF16_GEMV_ROWS holds an invalid value. */
 typedef struct attend_decode_tuning_info {

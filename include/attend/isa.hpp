@@ -132,7 +132,7 @@ struct DecodeTuning {
   /// them 4 KiB ahead into L1): 24 KiB, or 0 (none) where bf16_gemv_rows is 8 by the class (Zen 5:
   /// the hardware prefetcher keeps up there, and the requests cost 7–13%)
   int64_t bf16_gemv_l2_ahead_bytes = 24576;
-  /// Decode of a GQA group (two or more rows per kv head) over a cache's blocked f32 K scores its
+  /// Decode of a GQA group (two or more rows per kv head) over an f32 or 8-bit cache scores its
   /// blocks one at a time in address order, with their requests, instead of two at once: a Zen 5's
   /// rule; ATTEND_DECODE_ONE_BLOCK=0|1 overrides. The same results either way.
   bool one_block_scores = false;

@@ -160,7 +160,10 @@ const EnvCap& env_cap() {
 // 7.04 ms, the paged one 7.54 → 7.51, so the paged/slot bandwidth ratio (slots_paired) 0.963 →
 // 0.953 (64-token blocks 0.959 → 0.947, 256: 0.965 → 0.964). One block at a time computes slower
 // from L2 (one thread, 2 kv heads × 256 keys: 8.6 → 9.1 µs) and the bf16 cache's GQA shapes lost
-// 20–25 points with it (its pairs kernel: D2 75.7 → 55.2%): f32 only.
+// 20–25 points with it (its pairs kernel: D2 75.7 → 55.2%): not the 16-bit caches. The 8-bit cache's
+// own scores (i8_scores, two blocks of 2 KiB at once for four rows) likewise, the same integer sums:
+// D2 62.1 → 63.9%, D3 58.6 → 61.6 (0.776 → 0.741 ms), one row (the f32 kernels here) untouched;
+// the decode driver's D2 step 164–168 → 157–160 µs evicted, 17.0–17.4 → 17.6–17.7 L2-resident.
 //
 // ATTEND_DECODE_TUNING=zen4|zen5|amx_xeon|amx_xeon_pages|none applies one class's rules on any
 // machine (tests run each everywhere; prefetch and order only: the same results); unset: this
@@ -342,7 +345,8 @@ bool decode_hardware_stream(kernels::KvType type, bool k_blocked) {
 }
 
 bool decode_one_block_scores(kernels::KvType type, bool gqa, bool k_blocked) {
-  return k_blocked && gqa && type == kernels::KvType::f32 && env_decode().error.empty() && env_decode().one_block;
+  return k_blocked && gqa && (type == kernels::KvType::f32 || type == kernels::KvType::i8) &&
+         env_decode().error.empty() && env_decode().one_block;
 }
 
 Isa resolve(Isa requested) {

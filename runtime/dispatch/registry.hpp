@@ -92,10 +92,10 @@ bool decode_i8_one_row_integer();
 bool decode_hardware_stream(kernels::KvType type, bool k_blocked);
 
 /// Whether decode work items of a GQA group (`gqa`: two or more rows per kv head) over a cache's
-/// blocked f32 K score its blocks one at a time in address order, with their requests
+/// blocked f32 or 8-bit K score its blocks one at a time in address order, with their requests
 /// (kernels::FlashWork::one_block_scores), instead of two at once: a Zen 5's rule (session 65: the
-/// f32 caches' D2/D3 +3–7 points of a read). Not the 16-bit caches (the bf16 cache's GQA shapes lost
-/// 20 points), nor one row (blocked_scores' groups of four), nor the 8-bit cache (its own scores).
+/// f32 caches' D2/D3 +2–7 points of a read, the 8-bit cache's +2–3). Not the 16-bit caches (the bf16
+/// cache's GQA shapes lost 20 points), nor one row (blocked_scores' groups of four).
 /// ATTEND_DECODE_ONE_BLOCK=0|1 overrides the class. Either order computes the same bits.
 bool decode_one_block_scores(kernels::KvType type, bool gqa, bool k_blocked);
 

@@ -157,10 +157,12 @@ static_assert(kMaxL2AheadBlocks <= kI8MaxAheadBlocks, "l2_key_blocks reaches pas
 // (pack p's quads at qv + p·NR·D·4, its scores at s + p·NR·lds); blk[b] and ks[b] for b < known.
 // The first pack requests the blocks kI8KeyAheadBytes on (at least the next group) as it goes, and,
 // with l2_blocks > 0 (l2_key_blocks), the blocks that far on (at least a group) into L2.
+// one_block (FlashWork::one_block_scores): every block on its own, in address order (one K stream;
+// the integer sums, and so the scores, are the same).
 template <int NR>
 void i8_scores_run(const I8* const* blk, const float* const* ks, int64_t blocks, int64_t known, int64_t depth,
                    const int32_t* qv, const float* qs, float* s, int64_t lds, int packs, int64_t l2_blocks,
-                   bool l2_pages) {
+                   bool l2_pages, bool one_block) {
   constexpr int G = i8_group(NR);
   const int64_t ahead = min64(kI8MaxAheadBlocks, max64(G, kI8KeyAheadBytes / (kKeyBlock * depth)));
   const int64_t l2 = l2_blocks > 0 ? max64(G, l2_blocks) : 0;
@@ -168,7 +170,7 @@ void i8_scores_run(const I8* const* blk, const float* const* ks, int64_t blocks,
     return p == 0 && by > 0 && b + by + n <= known ? blk + b + by : nullptr;
   };
   int64_t b = 0;
-  for (; b + G <= blocks; b += G)
+  for (; !one_block && b + G <= blocks; b += G)
     for (int p = 0; p < packs; ++p)
       i8_scores<NR, G>(blk + b, depth, qv + p * NR * depth * 4, qs + p * NR, ks + b, s + p * NR * lds + b * kKeyBlock,
                        lds, at(b, G, ahead, p), at(b, G, l2, p), l2_pages);
@@ -180,12 +182,16 @@ void i8_scores_run(const I8* const* blk, const float* const* ks, int64_t blocks,
 
 inline void i8_scores_dispatch(int row_pack, const I8* const* blk, const float* const* ks, int64_t blocks,
                                int64_t known, int64_t depth, const int32_t* qv, const float* qs, float* s, int64_t lds,
-                               int packs, int64_t l2_blocks, bool l2_pages) {
+                               int packs, int64_t l2_blocks, bool l2_pages, bool one_block = false) {
   switch (row_pack) {
-    case 1: return i8_scores_run<1>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks, l2_pages);
-    case 2: return i8_scores_run<2>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks, l2_pages);
-    case 4: return i8_scores_run<4>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks, l2_pages);
-    default: return i8_scores_run<8>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks, l2_pages);
+    case 1:
+      return i8_scores_run<1>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks, l2_pages, one_block);
+    case 2:
+      return i8_scores_run<2>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks, l2_pages, one_block);
+    case 4:
+      return i8_scores_run<4>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks, l2_pages, one_block);
+    default:
+      return i8_scores_run<8>(blk, ks, blocks, known, depth, qv, qs, s, lds, packs, l2_blocks, l2_pages, one_block);
   }
 }
 
@@ -361,7 +367,8 @@ void flash_narrow_i8(const FlashWork& w, float* scratch) {
       blk[b] = src.key_block(j0 + b * kKeyBlock);
       ksc[b] = src.k_scale + src.scale_index(j0 + b * kKeyBlock);
     }
-    i8_scores_dispatch(R.row_pack, blk, ksc, blocks, known, depth, qv, qs, h.s, ldsn, R.packs, l2_blocks, w.l2_pages);
+    i8_scores_dispatch(R.row_pack, blk, ksc, blocks, known, depth, qv, qs, h.s, ldsn, R.packs, l2_blocks, w.l2_pages,
+                       w.one_block_scores);
     narrow_softmax_phase<Arch>(w, R, h, j0, nk);
     // P' = P·vs (a zero weight stays 0), rounded per row; a non-finite P' takes the f32 P·V.
     scale_by_keys<Arch>(h.s, ldsn, R.nr, src, src.v_scale, j0, nk);

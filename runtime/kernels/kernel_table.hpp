@@ -104,8 +104,8 @@ struct FlashWork {
   // requests of K or V into L1 (the executor sets l2_ahead_bytes to 0 and no_k_l1_requests with
   // it): the hardware prefetchers stream the cache alone. dispatch::decode_hardware_stream.
   bool hardware_stream;
-  // Decode of a GQA group over a blocked f32 K, with its requests: K's blocks scored one at a time
-  // in address order (the same sums as in groups), one stream instead of two blocks at once.
+  // Decode of a GQA group over a blocked f32 or 8-bit K, with its requests: K's blocks scored one at
+  // a time in address order (the same sums as in groups), one stream instead of two blocks at once.
   // dispatch::decode_one_block_scores.
   bool one_block_scores;
 

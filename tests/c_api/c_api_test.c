@@ -479,7 +479,7 @@ int main(void) {
       CHECK(tuning.bf16_gemv_rows == 4 || tuning.bf16_gemv_rows == 8);
       /* Its L2 requests: 24 KiB ahead, or none (Zen 5's rule). */
       CHECK(tuning.bf16_gemv_l2_ahead_bytes == 0 || tuning.bf16_gemv_l2_ahead_bytes == 24576);
-      /* A GQA group's scores over an f32 cache one K block at a time: a Zen 5's rule only. */
+      /* A GQA group's scores over an f32 or 8-bit cache one K block at a time: a Zen 5's rule only. */
       CHECK(tuning.one_block_scores == !strcmp(tuning.rules, "zen5"));
     }
     FAILS(attend_decode_tuning(NULL), ATTEND_ERROR_INVALID_ARGUMENT, "attend_decode_tuning");

@@ -176,14 +176,14 @@ TEST(Dispatch, DecodeRequestRulesFollowTheMachineClass) {
     EXPECT_FALSE(dispatch::decode_hardware_stream(t, false));
   }
   EXPECT_FALSE(dispatch::decode_hardware_stream(kernels::KvType::i8, true));  // its requests stay
-  // A GQA group's scores over a blocked f32 K one block at a time, with their requests: a Zen 5's
-  // rule; not one row, a row-major K, nor the other storage types.
+  // A GQA group's scores over a blocked f32 or 8-bit K one block at a time, with their requests: a
+  // Zen 5's rule; not one row, a row-major K, nor the 16-bit caches.
   EXPECT_EQ(told.one_block_scores, tuning == "zen5");
   for (bool gqa : {false, true})
     for (bool blocked : {false, true}) {
-      EXPECT_EQ(dispatch::decode_one_block_scores(kernels::KvType::f32, gqa, blocked),
-                gqa && blocked && tuning == "zen5");
-      for (kernels::KvType t : {kernels::KvType::bf16, kernels::KvType::f16, kernels::KvType::i8})
+      for (kernels::KvType t : {kernels::KvType::f32, kernels::KvType::i8})
+        EXPECT_EQ(dispatch::decode_one_block_scores(t, gqa, blocked), gqa && blocked && tuning == "zen5");
+      for (kernels::KvType t : {kernels::KvType::bf16, kernels::KvType::f16})
         EXPECT_FALSE(dispatch::decode_one_block_scores(t, gqa, blocked));
     }
   using kernels::KvType;
