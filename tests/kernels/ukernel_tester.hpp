@@ -459,22 +459,26 @@ void blocked_cases(UkernelReport& r) {
             const int64_t l2_blocks = extra == 2 * G + 1 ? 1 + ib % 2 : 0;
             blocked_scores_dispatch<Arch, E>(pack, blk.data(), nb, ahead, depth, q.p, s.p, lds, packs, l2_blocks);
             ++r.cases;
+            // Whether `other` holds s's scores bit for bit; else reports the first that differs.
+            const auto same_bits = [&](Buf<float>& other, const char* what, int how) {
+              for (int64_t i = 0; i < rows; ++i)
+                for (int64_t j = 0; j < nb * kKeyBlock; ++j)
+                  if (std::memcmp(&s[i * lds + j], &other[i * lds + j], sizeof(float)) != 0) {
+                    r.fail(
+                        "blocked_scores<%s> pack=%d packs=%d blocks=%lld depth=%lld: S[%lld][%lld] = %.9g, %.9g %s %d",
+                        type_name<E>(), pack, packs, (long long)nb, (long long)depth, (long long)i, (long long)j,
+                        s[i * lds + j], other[i * lds + j], what, how);
+                    return false;
+                  }
+              return true;
+            };
             // The blocks one at a time in address order (FlashWork::hardware_stream: no requests;
             // FlashWork::one_block_scores: with them, page starts or whole lines): the same bits.
             for (int how = 0; how < 3; ++how) {
               Buf<float> so(rows * lds);
               blocked_scores_dispatch<Arch, E>(pack, blk.data(), nb, ahead, depth, q.p, so.p, lds, packs,
                                                how ? l2_blocks : 0, how > 0, how == 2, /*in_order*/ true);
-              for (int64_t i = 0; i < rows; ++i)
-                for (int64_t j = 0; j < nb * kKeyBlock; ++j)
-                  if (std::memcmp(&s[i * lds + j], &so[i * lds + j], sizeof(float)) != 0) {
-                    r.fail(
-                        "blocked_scores<%s> pack=%d packs=%d blocks=%lld depth=%lld in order (requests %d): "
-                        "S[%lld][%lld] = %.9g, in groups %.9g",
-                        type_name<E>(), pack, packs, (long long)nb, (long long)depth, how, (long long)i, (long long)j,
-                        so[i * lds + j], s[i * lds + j]);
-                    return;
-                  }
+              if (!same_bits(so, "in order, requests", how)) return;
             }
             // A 16-bit K scores as its f32 widening does, bit for bit (the same depth steps per
             // iteration; bf16 on AVX-512 through blocked_scores' pairs kernel).
@@ -484,16 +488,7 @@ void blocked_cases(UkernelReport& r) {
               std::vector<const float*> blkf(static_cast<size_t>(ahead));
               for (int64_t b = 0; b < ahead; ++b) blkf[static_cast<size_t>(b)] = kf.p + where(b) * kKeyBlock * depth;
               blocked_scores_dispatch<Arch, float>(pack, blkf.data(), nb, ahead, depth, q.p, sf.p, lds, packs);
-              for (int64_t i = 0; i < rows; ++i)
-                for (int64_t j = 0; j < nb * kKeyBlock; ++j)
-                  if (std::memcmp(&s[i * lds + j], &sf[i * lds + j], sizeof(float)) != 0) {
-                    r.fail(
-                        "blocked_scores<%s> pack=%d packs=%d blocks=%lld depth=%lld: S[%lld][%lld] = %.9g, %.9g "
-                        "over the f32 widening",
-                        type_name<E>(), pack, packs, (long long)nb, (long long)depth, (long long)i, (long long)j,
-                        s[i * lds + j], sf[i * lds + j]);
-                    return;
-                  }
+              if (!same_bits(sf, "over the f32 widening, packs", packs)) return;
             }
             for (int64_t i = 0; i < rows; ++i)
               for (int64_t j = 0; j < nb * kKeyBlock; ++j) {
